@@ -1,0 +1,152 @@
+"""The ``codity`` command: one entry point for the database, migrations and processes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+from codity.config import Settings, load_settings
+from codity.db import database_url, embedded_server, migrate
+from codity.db.embedded import EmbeddedServerError
+
+__all__ = ["main"]
+
+log = logging.getLogger("codity")
+
+
+def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.database_url and args.action != "url":
+        print("DATABASE_URL is set: the embedded server is not used.", file=sys.stderr)
+        if args.action == "psql":
+            return subprocess.call(["psql", settings.database_url])
+        return 1
+    server = embedded_server(settings)
+    if args.action == "start":
+        server.start()
+        server.ensure_database()
+        print(f"running: {server.version()} on 127.0.0.1:{server.port}, data in {server.pgdata}")
+        print(server.url())
+    elif args.action == "stop":
+        print("stopped" if server.stop() else "not running")
+    elif args.action == "status":
+        running = server.is_running()
+        print(f"{'running' if running else 'stopped'}: data in {server.pgdata}, port {server.port}")
+        return 0 if running else 3
+    elif args.action == "url":
+        print(database_url(settings, start=False))
+    elif args.action == "psql":
+        server.start()
+        server.ensure_database()
+        return subprocess.call([str(server.bin_dir / "psql"), server.url()])
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    url = database_url(settings)
+    applied, functions = migrate(url)
+    print(f"migrated: {applied} new migration(s), {functions} function file(s) applied")
+    return 0
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop
+
+
+def _cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.scheduler import run_scheduler
+
+    url = database_url(settings)
+    run_scheduler(url, args.tick_ms, _stop_event())
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.scheduler import run_scheduler
+
+    url = database_url(settings)
+    migrate(url)
+    print(f"Codity is up. Database: {url}")
+    print("Scheduler ticking; Ctrl-C stops.")
+    run_scheduler(url, args.tick_ms, _stop_event())
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.explain import write_explain
+
+    url = database_url(settings)
+    path = write_explain(url, jobs=args.jobs)
+    print(f"wrote {path}")
+    return 0
+
+
+def _cmd_sql_reference(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.sql_reference import write_reference
+
+    url = database_url(settings)
+    migrate(url)
+    print(f"wrote {write_reference(url)}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    tick_default = int(os.environ.get("SCHEDULER_TICK_MS") or 1000)
+    parser = argparse.ArgumentParser(prog="codity", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    db = sub.add_parser("db", help="the embedded PostgreSQL server")
+    db.add_argument("action", choices=["start", "stop", "status", "url", "psql"])
+    db.set_defaults(func=_cmd_db)
+
+    sub.add_parser("migrate", help="apply migrations and functions").set_defaults(func=_cmd_migrate)
+
+    for name, func, text in [
+        ("up", _cmd_up, "database, migrations and scheduler in one process"),
+        ("scheduler", _cmd_scheduler, "call codity.tick() on a timer"),
+    ]:
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
+        p.set_defaults(func=func)
+
+    explain = sub.add_parser("explain", help="regenerate docs/EXPLAIN.md from real plans")
+    explain.add_argument("--jobs", type=int, default=100_000, help="jobs to load (default 100000)")
+    explain.set_defaults(func=_cmd_explain)
+
+    sub.add_parser("sql-reference", help="regenerate docs/SQL_API.md from the catalogue").set_defaults(
+        func=_cmd_sql_reference
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("yoyo").setLevel(logging.WARNING)
+    try:
+        return int(args.func(args, load_settings()))
+    except EmbeddedServerError as exc:
+        print(f"codity: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

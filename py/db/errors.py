@@ -1,0 +1,85 @@
+"""Database errors, translated in exactly one place.
+
+Every condition the SQL API raises has its own SQLSTATE in class ``CD`` (listed in
+docs/SQL_API.md). Python branches on the code, never on message text::
+
+    CodityError                  any error raised by a codity.* function
+    ├── NotFound                 CD001 queue, CD002 project, CD003 job, CD004 worker,
+    │                            CD006 schedule, CD007 dead letter
+    ├── InvalidInput             CD010 argument, CD011 payload size, CD012 cron, CD013 time zone
+    ├── WorkerNotActive          CD005 the worker is stopped or was declared dead
+    ├── IllegalTransition        CD020 a lifecycle transition the state diagram forbids
+    └── Conflict                 CD021 the operation was already done (e.g. replayed)
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+__all__ = [
+    "SQLSTATES",
+    "CodityError",
+    "Conflict",
+    "IllegalTransition",
+    "InvalidInput",
+    "NotFound",
+    "WorkerNotActive",
+    "translate",
+]
+
+
+class CodityError(Exception):
+    """An error raised by a codity.* function, with its SQLSTATE and the server's words."""
+
+    def __init__(self, sqlstate: str, message: str, detail: str | None, hint: str | None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.message = message
+        self.detail = detail
+        self.hint = hint
+
+
+class NotFound(CodityError):
+    pass
+
+
+class InvalidInput(CodityError):
+    pass
+
+
+class WorkerNotActive(CodityError):
+    pass
+
+
+class IllegalTransition(CodityError):
+    pass
+
+
+class Conflict(CodityError):
+    pass
+
+
+SQLSTATES: dict[str, type[CodityError]] = {
+    "CD001": NotFound,
+    "CD002": NotFound,
+    "CD003": NotFound,
+    "CD004": NotFound,
+    "CD005": WorkerNotActive,
+    "CD006": NotFound,
+    "CD007": NotFound,
+    "CD010": InvalidInput,
+    "CD011": InvalidInput,
+    "CD012": InvalidInput,
+    "CD013": InvalidInput,
+    "CD020": IllegalTransition,
+    "CD021": Conflict,
+}
+
+
+def translate(exc: psycopg.Error) -> CodityError | None:
+    """The CodityError for a database error raised by our functions, else None."""
+    cls = SQLSTATES.get(exc.sqlstate or "")
+    if cls is None:
+        return None
+    diag = exc.diag
+    return cls(exc.sqlstate or "", diag.message_primary or str(exc), diag.message_detail, diag.message_hint)

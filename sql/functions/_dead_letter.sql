@@ -1,0 +1,39 @@
+-- codity._dead_letter: move one locked job to dead_letter and copy it to dead_letters.
+--
+-- The caller holds the job's row lock and has already checked the transition. The copy
+-- keeps payload, task and reason so the dead letter outlives the job (FK SET NULL).
+
+CREATE OR REPLACE FUNCTION codity._dead_letter(
+    p_job_id bigint,
+    p_reason text,
+    p_error text,
+    p_now timestamptz
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+DECLARE
+    v_dead_letter_id bigint;
+BEGIN
+    UPDATE codity.jobs j
+    SET status = 'dead_letter', finished_at = p_now, lock_expires_at = NULL,
+        last_error = coalesce(p_error, j.last_error), updated_at = p_now
+    WHERE j.id = p_job_id;
+
+    INSERT INTO codity.dead_letters (job_id, queue_id, task, payload, priority, reason, error, attempts, dead_at)
+    SELECT j.id, j.queue_id, j.task, j.payload, j.priority, p_reason, j.last_error, j.attempt, p_now
+    FROM codity.jobs j
+    WHERE j.id = p_job_id
+    RETURNING id INTO v_dead_letter_id;
+
+    RETURN v_dead_letter_id;
+END;
+$$;
+
+COMMENT ON FUNCTION codity._dead_letter(bigint, text, text, timestamptz) IS
+'Private: dead-letter a locked job, copying payload and reason into codity.dead_letters.';
+
+REVOKE ALL ON FUNCTION codity._dead_letter(bigint, text, text, timestamptz) FROM PUBLIC;

@@ -1,0 +1,54 @@
+-- codity.cancel: an operator stops a job that has not finished.
+--
+-- Waiting jobs (scheduled, queued) are cancelled outright. A held job (claimed, running)
+-- is cancelled too and its execution closed; its worker learns it at its next heartbeat
+-- ('cancelled') and any complete or fail it sends afterwards is refused by the fence.
+-- Against complete: both lock the job row, so exactly one of them wins; the loser sees
+-- the winner's status (cancel of a completed job raises CD020, a complete of a cancelled
+-- one is rejected as stale). Locks the job row. Callers: operators, the web API.
+
+CREATE OR REPLACE FUNCTION codity.cancel(
+    p_job_id bigint,
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (job_id bigint, previous_status codity.job_status, job_status codity.job_status)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job codity.jobs;
+BEGIN
+    SELECT j.* INTO v_job FROM codity.jobs j
+    JOIN codity.queues q ON q.id = j.queue_id
+    WHERE j.id = p_job_id AND (p_project_id IS NULL OR q.project_id = p_project_id)
+    FOR UPDATE OF j;
+    IF v_job.id IS NULL THEN
+        RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
+    END IF;
+    PERFORM codity._check_transition(v_job.status, 'cancelled', v_job.id);
+
+    UPDATE codity.jobs j
+    SET status = 'cancelled', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
+    WHERE j.id = v_job.id;
+    IF v_job.status IN ('claimed', 'running') THEN
+        UPDATE codity.job_executions x
+        SET status = 'cancelled', finished_at = p_now, error = 'cancelled by an operator'
+        WHERE x.job_id = v_job.id AND x.execution_seq = v_job.execution_seq;
+    END IF;
+    RETURN QUERY SELECT v_job.id, v_job.status, 'cancelled'::codity.job_status;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.cancel(bigint, bigint, timestamptz) IS
+'Cancel a job that has not finished; a running one is told at its worker''s next heartbeat.
+
+Raises CD003 (no such job in the project), CD020 (already completed, dead-lettered or
+cancelled).
+Example: SELECT * FROM codity.cancel(42);';
+
+REVOKE ALL ON FUNCTION codity.cancel(bigint, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.cancel(bigint, bigint, timestamptz) TO codity_app;

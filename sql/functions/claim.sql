@@ -1,0 +1,119 @@
+-- codity.claim: hand up to p_limit due jobs of one queue to one worker, atomically.
+--
+-- Why FOR UPDATE SKIP LOCKED: N workers claiming at the same instant each lock different
+-- rows; a row locked by another claim is skipped, not waited for. SELECT-then-UPDATE in
+-- two statements hands the same row to two workers; FOR UPDATE alone is correct but
+-- serialises every worker behind the first; advisory locks need a lock per job and do not
+-- compose with the ordering.
+--
+-- Why this ORDER BY: (priority DESC, run_at, id) matches codity.jobs_claim_idx term for
+-- term, and the index is partial on status = 'queued', so the plan is
+-- Limit -> LockRows -> Index Scan, with no Sort node (docs/EXPLAIN.md).
+--
+-- Why the LIMIT sits in a MATERIALIZED CTE: an unfenced LIMIT subquery joined into an
+-- UPDATE may be re-evaluated by the planner and lock/update more rows than asked (the
+-- planner trap Oban documents). The fence makes the set of ids fixed before the UPDATE.
+--
+-- One queue per call: a statement that locks rows must stay on one queue so the jobs
+-- table can later be distributed by queue (DESIGN.md, "Room to scale out").
+--
+-- Every claimed job gets a new execution_seq (the fence token) and an execution row.
+-- The attempt is charged here; reap and release give it back.
+-- A paused queue hands out nothing. Callers: the Python worker, any client.
+
+CREATE OR REPLACE FUNCTION codity.claim(
+    p_worker_id bigint,
+    p_queue text,
+    p_limit integer DEFAULT 1,
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    job_id bigint,
+    fence integer,
+    task text,
+    payload jsonb,
+    attempt integer,
+    max_attempts integer,
+    priority smallint,
+    run_at timestamptz,
+    lease_expires_at timestamptz,
+    timeout_seconds integer,
+    created_at timestamptz
+)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_worker_status codity.worker_status;
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'limit must be from 1 to 1000, got %', p_limit USING ERRCODE = 'CD010';
+    END IF;
+    SELECT w.status INTO v_worker_status FROM codity.workers w WHERE w.id = p_worker_id;
+    IF v_worker_status IS NULL THEN
+        RAISE EXCEPTION 'worker % does not exist', p_worker_id
+            USING ERRCODE = 'CD004', HINT = 'Register with codity.register_worker first.';
+    ELSIF v_worker_status <> 'active' THEN
+        RAISE EXCEPTION 'worker % is %; it may not claim', p_worker_id, v_worker_status
+            USING ERRCODE = 'CD005', HINT = 'Register again to get a new worker id.';
+    END IF;
+    IF v_queue.is_paused THEN
+        RETURN;
+    END IF;
+    PERFORM codity._check_transition('queued', 'claimed');
+
+    RETURN QUERY
+    WITH picked AS MATERIALIZED (
+        SELECT j.id
+        FROM codity.jobs j
+        WHERE j.queue_id = v_queue.id
+          AND j.status = 'queued'
+          AND j.run_at <= p_now
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ),
+    claimed AS (
+        UPDATE codity.jobs j
+        SET status = 'claimed',
+            worker_id = p_worker_id,
+            claimed_at = p_now,
+            started_at = NULL,
+            lock_expires_at = p_now + pg_catalog.make_interval(secs => v_queue.lease_seconds),
+            attempt = j.attempt + 1,
+            execution_seq = j.execution_seq + 1,
+            updated_at = p_now
+        FROM picked
+        WHERE j.id = picked.id
+        RETURNING j.*
+    ),
+    executions AS (
+        INSERT INTO codity.job_executions (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at)
+        SELECT c.id, c.queue_id, c.execution_seq, c.attempt, p_worker_id, 'claimed', p_now
+        FROM claimed c
+    )
+    SELECT c.id, c.execution_seq, c.task, c.payload, c.attempt, c.max_attempts, c.priority,
+           c.run_at, c.lock_expires_at, v_queue.job_timeout_seconds, c.created_at
+    FROM claimed c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.claim(bigint, text, integer, bigint, timestamptz) IS
+'Atomically claim up to p_limit due jobs of one queue for a worker; each comes with its fence token.
+
+FOR UPDATE SKIP LOCKED in priority DESC, run_at, id order: concurrent workers never get
+the same job. Each claimed job is charged an attempt, leased for the queue''s
+lease_seconds and given a new execution (fence = execution_seq) that start, heartbeat,
+complete, fail and release must present. A paused queue returns no rows. Raises CD001
+(unknown queue), CD004 (unknown worker), CD005 (worker not active), CD010 (limit outside
+1..1000).
+Example: SELECT * FROM codity.claim(1, ''emails'', 10);';
+
+REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, bigint, timestamptz) TO codity_app, codity_worker;

@@ -1,0 +1,142 @@
+-- codity.enqueue_many: insert a batch of jobs into one queue in one statement.
+--
+-- Why this shape: a JSON array of job objects is something every client library can
+-- send, and one INSERT ... SELECT is one round trip for a thousand jobs. Ids are drawn
+-- from the identity sequence up front (OVERRIDING SYSTEM VALUE) so each result row can
+-- be matched to its position in the input even when idempotency conflicts skip rows.
+--
+-- Idempotency: UNIQUE (queue_id, idempotency_key) with ON CONFLICT DO NOTHING. A
+-- concurrent enqueue with the same key waits on the unique index until the other
+-- transaction ends, then finds its job; duplicates inside one batch collapse to one job.
+--
+-- Locks: none beyond the inserted rows (and the unique-index wait above).
+-- NOTIFY: one codity_v1 hint for the queue when any new job is due now.
+-- Callers: codity.enqueue, the web API, Python's registry.enqueue, any client.
+
+CREATE OR REPLACE FUNCTION codity.enqueue_many(
+    p_queue text,
+    p_jobs jsonb,
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    job_position integer,
+    job_id bigint,
+    job_status codity.job_status,
+    run_at timestamptz,
+    is_new boolean
+)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_bad record;
+    v_due boolean;
+    v_positions integer[];
+    v_ids bigint[];
+    v_statuses codity.job_status[];
+    v_run_ats timestamptz[];
+BEGIN
+    IF jsonb_typeof(p_jobs) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'jobs must be a JSON array of job objects'
+            USING ERRCODE = 'CD010',
+                  HINT = 'Example: [{"task": "emails.send", "payload": {"to": "a@example.com"}}]';
+    END IF;
+    IF jsonb_array_length(p_jobs) > 10000 THEN
+        RAISE EXCEPTION 'a batch holds at most 10000 jobs, got %', jsonb_array_length(p_jobs)
+            USING ERRCODE = 'CD010', HINT = 'Split the batch.';
+    END IF;
+
+    SELECT e.ord, codity._job_spec_problem(e.spec) AS problem INTO v_bad
+    FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+    WHERE codity._job_spec_problem(e.spec) IS NOT NULL
+    ORDER BY e.ord
+    LIMIT 1;
+    IF v_bad.ord IS NOT NULL THEN
+        RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN 'invalid job: ' || v_bad.problem
+                                  ELSE format('job %s of the batch is invalid: %s', v_bad.ord, v_bad.problem) END
+            USING ERRCODE = 'CD010';
+    END IF;
+
+    SELECT e.ord, octet_length(coalesce(e.spec -> 'payload', '{}'::jsonb)::text) AS size INTO v_bad
+    FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+    WHERE octet_length(coalesce(e.spec -> 'payload', '{}'::jsonb)::text) > 65536
+    ORDER BY e.ord
+    LIMIT 1;
+    IF v_bad.ord IS NOT NULL THEN
+        RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN format('payload is %s bytes; the limit is 65536', v_bad.size)
+                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_bad.ord, v_bad.size) END
+            USING ERRCODE = 'CD011',
+                  HINT = 'Store large data elsewhere and put a reference in the payload.';
+    END IF;
+
+    WITH spec AS MATERIALIZED (
+        SELECT e.ord::integer AS ord,
+               pg_catalog.nextval('codity.jobs_id_seq') AS new_id,
+               e.spec ->> 'task' AS task,
+               coalesce(e.spec -> 'payload', '{}'::jsonb) AS payload,
+               coalesce((e.spec ->> 'priority')::smallint, 0::smallint) AS priority,
+               coalesce((e.spec ->> 'run_at')::timestamptz, p_now) AS run_at,
+               e.spec ->> 'idempotency_key' AS idempotency_key,
+               coalesce((e.spec ->> 'max_attempts')::integer, v_queue.max_attempts) AS max_attempts
+        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+    ),
+    inserted AS (
+        INSERT INTO codity.jobs AS j
+            (id, queue_id, task, payload, priority, status, run_at, max_attempts,
+             idempotency_key, created_at, updated_at)
+        OVERRIDING SYSTEM VALUE
+        SELECT s.new_id, v_queue.id, s.task, s.payload, s.priority,
+               CASE WHEN s.run_at <= p_now THEN 'queued'::codity.job_status
+                    ELSE 'scheduled'::codity.job_status END,
+               s.run_at, s.max_attempts, s.idempotency_key, p_now, p_now
+        FROM spec s
+        ORDER BY s.ord
+        ON CONFLICT (queue_id, idempotency_key) DO NOTHING
+        RETURNING j.id, j.status, j.run_at
+    )
+    SELECT array_agg(s.ord ORDER BY s.ord), array_agg(i.id ORDER BY s.ord),
+           array_agg(i.status ORDER BY s.ord), array_agg(i.run_at ORDER BY s.ord),
+           bool_or(i.status = 'queued')
+    INTO v_positions, v_ids, v_statuses, v_run_ats, v_due
+    FROM spec s JOIN inserted i ON i.id = s.new_id;
+
+    -- Positions skipped by an idempotency conflict report the job that holds the key.
+    -- This is a new statement, so it sees a concurrent enqueue that committed meanwhile.
+    RETURN QUERY
+    SELECT r.ord, r.id, r.status, r.run_at, r.is_new
+    FROM (
+        SELECT u.ord, u.id, u.status, u.run_at, true AS is_new
+        FROM unnest(v_positions, v_ids, v_statuses, v_run_ats) AS u(ord, id, status, run_at)
+        UNION ALL
+        SELECT e.ord::integer, j.id, j.status, j.run_at, false
+        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+        JOIN codity.jobs j
+          ON j.queue_id = v_queue.id AND j.idempotency_key = e.spec ->> 'idempotency_key'
+        WHERE NOT (e.ord::integer = ANY (coalesce(v_positions, '{}')))
+    ) AS r
+    ORDER BY r.ord;
+
+    IF coalesce(v_due, false) AND NOT v_queue.is_paused THEN
+        PERFORM codity._notify(v_queue.id);
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) IS
+'Insert a batch of jobs (a JSON array of objects) into one queue, honouring idempotency keys.
+
+Each object takes task (required), payload, run_at, priority (-1000..1000, higher first),
+idempotency_key and max_attempts (default: the queue''s). Jobs due now start queued, later
+ones scheduled. One row comes back per input position: is_new is false when an
+idempotency key matched an existing job, whose id is returned instead. Nothing is written
+when any object is invalid (CD010) or a payload exceeds 64 KB (CD011). Raises one
+codity_v1 NOTIFY for the queue when a job is due now.
+Example: SELECT * FROM codity.enqueue_many(''emails'', ''[{"task": "emails.send", "payload": {"to": "a@example.com"}}, {"task": "emails.send", "idempotency_key": "welcome-42"}]'');';
+
+REVOKE ALL ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) TO codity_app, codity_worker;

@@ -1,0 +1,79 @@
+-- codity.fail: running -> failed -> scheduled (retry) or dead_letter.
+--
+-- Fenced like complete. The attempt was charged at claim; when it was the last one
+-- (attempt >= max_attempts) or the failure is not retryable, the job is dead-lettered
+-- with its payload and reason copied. Otherwise it is scheduled after
+-- codity.backoff_delay (clamped, full jitter) and codity.promote queues it when due.
+-- Locks the one job row. Caller: the worker, when a handler raises or times out.
+
+CREATE OR REPLACE FUNCTION codity.fail(
+    p_job_id bigint,
+    p_fence integer,
+    p_error text,
+    p_retryable boolean DEFAULT true,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (accepted boolean, job_status codity.job_status, retry_at timestamptz, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job codity.jobs;
+    v_queue codity.queues;
+    v_error text := left(coalesce(p_error, 'unknown error'), 8192);
+    v_retry_at timestamptz;
+    v_reason text;
+BEGIN
+    SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
+    IF v_job.id IS NULL THEN
+        RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
+    END IF;
+    IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
+        RETURN QUERY SELECT false, v_job.status, NULL::timestamptz,
+                            codity._reject_stale(v_job, 'fail', p_fence, p_now);
+        RETURN;
+    END IF;
+    PERFORM codity._check_transition(v_job.status, 'failed', v_job.id);
+    SELECT q.* INTO v_queue FROM codity.queues q WHERE q.id = v_job.queue_id;
+
+    UPDATE codity.job_executions x
+    SET status = 'failed', finished_at = p_now, error = v_error
+    WHERE x.job_id = p_job_id AND x.execution_seq = p_fence;
+
+    IF NOT coalesce(p_retryable, true) OR v_job.attempt >= v_job.max_attempts THEN
+        PERFORM codity._check_transition('failed', 'dead_letter', v_job.id);
+        v_reason := CASE WHEN NOT coalesce(p_retryable, true) THEN 'failed: not retryable'
+                         ELSE format('failed: max attempts reached (%s/%s)', v_job.attempt, v_job.max_attempts) END;
+        UPDATE codity.jobs j SET last_error = v_error WHERE j.id = p_job_id;
+        PERFORM codity._dead_letter(p_job_id, v_reason, v_error, p_now);
+        RETURN QUERY SELECT true, 'dead_letter'::codity.job_status, NULL::timestamptz, v_reason;
+        RETURN;
+    END IF;
+
+    PERFORM codity._check_transition('failed', 'scheduled', v_job.id);
+    v_retry_at := p_now + codity.backoff_delay(v_queue.backoff, v_queue.base_delay_ms,
+                                               v_queue.max_delay_ms, v_job.attempt);
+    UPDATE codity.jobs j
+    SET status = 'scheduled', run_at = v_retry_at, lock_expires_at = NULL,
+        last_error = v_error, updated_at = p_now
+    WHERE j.id = p_job_id;
+    RETURN QUERY SELECT true, 'scheduled'::codity.job_status, v_retry_at,
+                        format('retry %s of %s scheduled', v_job.attempt + 1, v_job.max_attempts);
+END;
+$$;
+
+COMMENT ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) IS
+'Record a failed attempt: retry after backoff with full jitter, or dead-letter; fenced.
+
+The job is dead-lettered when its attempts are used up or p_retryable is false; otherwise
+it is scheduled at now + codity.backoff_delay(...) and retry_at says when. The error text
+is kept (truncated to 8 KB) on the execution and the job. Returns accepted = false and
+changes nothing when the fence is stale. Raises CD003 (unknown job), CD020 (e.g. failing
+a job that never started).
+Example: SELECT * FROM codity.fail(42, 1, ''SMTPError: 451 try later'');';
+
+REVOKE ALL ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) TO codity_app, codity_worker;

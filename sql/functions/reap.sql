@@ -1,0 +1,123 @@
+-- codity.reap: requeue jobs whose lease expired, refunding the attempt.
+--
+-- A worker that was SIGKILLed, lost its network or froze stops heartbeating; its leases
+-- run out. That is infrastructure failure, not job failure: the job goes back to queued
+-- and the attempt is given back (the execution row says attempt_refunded = true).
+-- Without the refund three rolling deploys against max_attempts = 3 would dead-letter
+-- jobs that never failed. A job whose executions keep expiring (a handler that kills its
+-- worker every time) is dead-lettered when crash_count reaches the queue's max_crashes.
+--
+-- Locks: per queue, the expired rows FOR UPDATE SKIP LOCKED (a row a worker is
+-- completing right now is skipped, not waited for). The UPDATE repeats the whole
+-- condition (status held, lease expired), so a job completed or heartbeated between the
+-- SELECT and the UPDATE is left alone. One queue per statement (DESIGN.md, Citus).
+-- Callers: codity.tick (scheduler loop or pg_cron).
+
+CREATE OR REPLACE FUNCTION codity.reap(
+    p_now timestamptz DEFAULT now(),
+    p_limit integer DEFAULT 1000
+)
+RETURNS TABLE (job_id bigint, queue_id bigint, fence integer, outcome text)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue codity.queues;
+    v_requeued integer;
+    v_dead record;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be positive, got %', p_limit USING ERRCODE = 'CD010';
+    END IF;
+    PERFORM codity._check_transition('running', 'queued');
+    PERFORM codity._check_transition('claimed', 'queued');
+
+    FOR v_queue IN
+        SELECT q.* FROM codity.queues q
+        WHERE EXISTS (
+            SELECT 1 FROM codity.jobs j
+            WHERE j.queue_id = q.id AND j.status IN ('claimed', 'running') AND j.lock_expires_at <= p_now
+        )
+        ORDER BY q.id
+    LOOP
+        -- Below the crash cap: back to queued, attempt refunded.
+        RETURN QUERY
+        WITH expired AS MATERIALIZED (
+            SELECT j.id FROM codity.jobs j
+            WHERE j.queue_id = v_queue.id
+              AND j.status IN ('claimed', 'running')
+              AND j.lock_expires_at <= p_now
+            ORDER BY j.lock_expires_at, j.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        ),
+        requeued AS (
+            UPDATE codity.jobs j
+            SET status = 'queued',
+                attempt = j.attempt - 1,
+                crash_count = j.crash_count + 1,
+                lock_expires_at = NULL,
+                updated_at = p_now
+            FROM expired e
+            WHERE j.id = e.id
+              AND j.status IN ('claimed', 'running')
+              AND j.lock_expires_at <= p_now
+              AND j.crash_count + 1 < v_queue.max_crashes
+            RETURNING j.id, j.queue_id, j.execution_seq
+        ),
+        closed AS (
+            UPDATE codity.job_executions x
+            SET status = 'reaped', finished_at = p_now, attempt_refunded = true,
+                error = 'lease expired: the worker stopped heartbeating'
+            FROM requeued r
+            WHERE x.job_id = r.id AND x.execution_seq = r.execution_seq
+        )
+        SELECT r.id, r.queue_id, r.execution_seq, 'requeued'::text FROM requeued r;
+
+        GET DIAGNOSTICS v_requeued = ROW_COUNT;
+        IF v_requeued > 0 THEN
+            PERFORM codity._notify(v_queue.id);
+        END IF;
+
+        -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
+        FOR v_dead IN
+            SELECT j.id, j.execution_seq, j.status, j.crash_count FROM codity.jobs j
+            WHERE j.queue_id = v_queue.id
+              AND j.status IN ('claimed', 'running')
+              AND j.lock_expires_at <= p_now
+              AND j.crash_count + 1 >= v_queue.max_crashes
+            ORDER BY j.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            PERFORM codity._check_transition(v_dead.status, 'dead_letter', v_dead.id);
+            UPDATE codity.jobs j SET crash_count = j.crash_count + 1 WHERE j.id = v_dead.id;
+            UPDATE codity.job_executions x
+            SET status = 'reaped', finished_at = p_now,
+                error = 'lease expired: the worker stopped heartbeating'
+            WHERE x.job_id = v_dead.id AND x.execution_seq = v_dead.execution_seq;
+            PERFORM codity._dead_letter(
+                v_dead.id,
+                format('crashed: lease expired %s times (max_crashes %s)', v_dead.crash_count + 1, v_queue.max_crashes),
+                'lease expired: the worker stopped heartbeating',
+                p_now);
+            RETURN QUERY SELECT v_dead.id, v_queue.id, v_dead.execution_seq, 'dead_letter'::text;
+        END LOOP;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.reap(timestamptz, integer) IS
+'Requeue jobs whose lease expired, refunding the attempt; dead-letter those at the crash cap.
+
+Each reaped execution is closed as reaped with attempt_refunded = true. A job reaped
+max_crashes times (a handler that kills its worker) is dead-lettered instead. Safe to run
+from several schedulers at once (SKIP LOCKED), and a job completed meanwhile is never
+requeued. Returns one row per job touched.
+Example: SELECT * FROM codity.reap();';
+
+REVOKE ALL ON FUNCTION codity.reap(timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.reap(timestamptz, integer) TO codity_app;

@@ -1,0 +1,50 @@
+-- codity.register_worker: a worker announces itself and gets the id it claims with.
+--
+-- The queues it names must exist (CD001), so a typo fails at start-up, not silently.
+-- Inserts one row; locks nothing else. Caller: the Python worker at start-up, any client.
+
+CREATE OR REPLACE FUNCTION codity.register_worker(
+    p_name text,
+    p_queues text[] DEFAULT '{}',
+    p_capacity integer DEFAULT 5,
+    p_host text DEFAULT '',
+    p_pid integer DEFAULT NULL,
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+DECLARE
+    v_queue text;
+    v_id bigint;
+BEGIN
+    IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'worker name must be 1 to 200 characters' USING ERRCODE = 'CD010';
+    END IF;
+    IF p_capacity IS NULL OR p_capacity NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'capacity must be from 1 to 10000, got %', p_capacity USING ERRCODE = 'CD010';
+    END IF;
+    FOREACH v_queue IN ARRAY coalesce(p_queues, '{}') LOOP
+        PERFORM codity._queue(v_queue, p_project_id);
+    END LOOP;
+
+    INSERT INTO codity.workers (name, host, pid, queues, capacity, status, started_at, last_heartbeat_at)
+    VALUES (p_name, coalesce(p_host, ''), p_pid, coalesce(p_queues, '{}'), p_capacity, 'active', p_now, p_now)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.register_worker(text, text[], integer, text, integer, bigint, timestamptz) IS
+'Register a worker (name, queues, capacity, host, pid) and return the id it claims with.
+
+Every queue named must exist in the project (CD001). The worker is active from now and
+must heartbeat; codity.sweep_workers declares it dead when it stops doing so.
+Example: SELECT codity.register_worker(''worker-1'', ARRAY[''emails''], 5, ''host-a'', 4242);';
+
+REVOKE ALL ON FUNCTION codity.register_worker(text, text[], integer, text, integer, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.register_worker(text, text[], integer, text, integer, bigint, timestamptz) TO codity_app, codity_worker;

@@ -1,0 +1,50 @@
+-- codity.release: give a held job back to the queue without charging the attempt.
+--
+-- Aborted is not failed: a worker draining on SIGTERM releases what it could not finish,
+-- and that attempt is refunded (execution status 'released', attempt_refunded = true).
+-- Fenced like complete. Locks the one job row; NOTIFY wakes another worker.
+-- Callers: the worker's drain, codity.deregister_worker.
+
+CREATE OR REPLACE FUNCTION codity.release(
+    p_job_id bigint,
+    p_fence integer,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (accepted boolean, job_status codity.job_status, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job codity.jobs;
+BEGIN
+    SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
+    IF v_job.id IS NULL THEN
+        RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
+    END IF;
+    IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
+        RETURN QUERY SELECT false, v_job.status, codity._reject_stale(v_job, 'release', p_fence, p_now);
+        RETURN;
+    END IF;
+    PERFORM codity._check_transition(v_job.status, 'queued', v_job.id);
+
+    UPDATE codity.jobs j
+    SET status = 'queued', attempt = j.attempt - 1, lock_expires_at = NULL, updated_at = p_now
+    WHERE j.id = p_job_id;
+    UPDATE codity.job_executions x
+    SET status = 'released', finished_at = p_now, attempt_refunded = true
+    WHERE x.job_id = p_job_id AND x.execution_seq = p_fence;
+    PERFORM codity._notify(v_job.queue_id);
+    RETURN QUERY SELECT true, 'queued'::codity.job_status, 'released; attempt not charged'::text;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.release(bigint, integer, timestamptz) IS
+'Return a held job to the queue without charging its attempt (graceful drain); fenced.
+
+Example: SELECT * FROM codity.release(42, 1);';
+
+REVOKE ALL ON FUNCTION codity.release(bigint, integer, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.release(bigint, integer, timestamptz) TO codity_app, codity_worker;

@@ -1,0 +1,73 @@
+-- codity.replay_dead_letter: give a dead-lettered job a fresh start.
+--
+-- When the job still exists (and is still dead_letter) it goes back to queued with its
+-- attempts and crash count reset: the operator has fixed whatever killed it. When the job
+-- was deleted, a new job is enqueued from the payload copied into the dead letter. Either
+-- way the dead letter records when and into which job it was replayed, once (CD021).
+-- Locks the dead-letter row and the job row. Callers: operators, the web API.
+
+CREATE OR REPLACE FUNCTION codity.replay_dead_letter(
+    p_dead_letter_id bigint,
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (job_id bigint, job_status codity.job_status)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_dead codity.dead_letters;
+    v_job codity.jobs;
+    v_queue codity.queues;
+    v_job_id bigint;
+BEGIN
+    SELECT d.* INTO v_dead FROM codity.dead_letters d
+    JOIN codity.queues q ON q.id = d.queue_id
+    WHERE d.id = p_dead_letter_id
+      AND (p_project_id IS NULL OR q.project_id = p_project_id)
+    FOR UPDATE OF d;
+    IF v_dead.id IS NULL THEN
+        RAISE EXCEPTION 'dead letter % does not exist', p_dead_letter_id USING ERRCODE = 'CD007';
+    END IF;
+    IF v_dead.replayed_at IS NOT NULL THEN
+        RAISE EXCEPTION 'dead letter % was already replayed', p_dead_letter_id
+            USING ERRCODE = 'CD021',
+                  DETAIL = format('Replayed at %s into job %s.', v_dead.replayed_at, v_dead.replayed_job_id);
+    END IF;
+    SELECT q.* INTO v_queue FROM codity.queues q WHERE q.id = v_dead.queue_id;
+
+    SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = v_dead.job_id FOR UPDATE;
+    IF v_job.id IS NOT NULL AND v_job.status = 'dead_letter' THEN
+        PERFORM codity._check_transition('dead_letter', 'queued', v_job.id);
+        UPDATE codity.jobs j
+        SET status = 'queued', attempt = 0, crash_count = 0, run_at = p_now, finished_at = NULL,
+            lock_expires_at = NULL, updated_at = p_now
+        WHERE j.id = v_job.id;
+        v_job_id := v_job.id;
+    ELSE
+        INSERT INTO codity.jobs (queue_id, task, payload, priority, status, run_at, max_attempts, created_at, updated_at)
+        VALUES (v_dead.queue_id, v_dead.task, v_dead.payload, v_dead.priority, 'queued', p_now,
+                v_queue.max_attempts, p_now, p_now)
+        RETURNING id INTO v_job_id;
+    END IF;
+
+    UPDATE codity.dead_letters d SET replayed_at = p_now, replayed_job_id = v_job_id
+    WHERE d.id = v_dead.id;
+    IF NOT v_queue.is_paused THEN
+        PERFORM codity._notify(v_queue.id);
+    END IF;
+    RETURN QUERY SELECT v_job_id, 'queued'::codity.job_status;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.replay_dead_letter(bigint, bigint, timestamptz) IS
+'Send a dead-lettered job back to its queue with fresh attempts (or re-create it if deleted).
+
+Raises CD007 (no such dead letter in the project), CD021 (already replayed).
+Example: SELECT * FROM codity.replay_dead_letter(7);';
+
+REVOKE ALL ON FUNCTION codity.replay_dead_letter(bigint, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.replay_dead_letter(bigint, bigint, timestamptz) TO codity_app;

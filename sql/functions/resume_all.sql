@@ -1,0 +1,47 @@
+-- codity.resume_all: un-pause every queue and schedule (of one project, or of all).
+--
+-- The operator's "make everything run again" (codity resume). Schedules restart from
+-- their next occurrence after now. Locks the paused rows.
+
+CREATE OR REPLACE FUNCTION codity.resume_all(
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (queues_resumed integer, schedules_resumed integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue_id bigint;
+    v_queues integer := 0;
+    v_schedules integer;
+BEGIN
+    IF p_project_id IS NOT NULL THEN
+        PERFORM codity._project_id(p_project_id);
+    END IF;
+    FOR v_queue_id IN
+        UPDATE codity.queues q SET is_paused = false, paused_at = NULL, updated_at = p_now
+        WHERE q.is_paused AND (p_project_id IS NULL OR q.project_id = p_project_id)
+        RETURNING q.id
+    LOOP
+        PERFORM codity._notify(v_queue_id);
+        v_queues := v_queues + 1;
+    END LOOP;
+    UPDATE codity.scheduled_jobs s
+    SET is_paused = false, next_run_at = codity.cron_next(s.cron, p_now, s.time_zone), updated_at = p_now
+    WHERE s.is_paused AND (p_project_id IS NULL OR s.project_id = p_project_id);
+    GET DIAGNOSTICS v_schedules = ROW_COUNT;
+    RETURN QUERY SELECT v_queues, v_schedules;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.resume_all(bigint, timestamptz) IS
+'Un-pause every queue and every schedule, in one project or (NULL) in all; returns the counts.
+
+Example: SELECT * FROM codity.resume_all();';
+
+REVOKE ALL ON FUNCTION codity.resume_all(bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.resume_all(bigint, timestamptz) TO codity_app;

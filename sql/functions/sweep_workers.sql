@@ -1,0 +1,50 @@
+-- codity.sweep_workers: declare dead the workers that stopped heartbeating.
+--
+-- Heartbeat-based recovery, faster than waiting out every lease: a worker silent for
+-- p_stale_after (default 15 s, three missed 5-second heartbeats) is marked dead and the
+-- leases of the jobs it holds are cut to now, so the codity.reap that follows in the same
+-- codity.tick requeues them at once (attempt refunded). A worker that was only frozen and
+-- heartbeats again becomes active again; its fences are stale by then.
+-- Locks the stale worker rows and their held job rows. Caller: codity.tick.
+
+CREATE OR REPLACE FUNCTION codity.sweep_workers(
+    p_now timestamptz DEFAULT now(),
+    p_stale_after interval DEFAULT interval '15 seconds'
+)
+RETURNS TABLE (worker_id bigint, name text, last_heartbeat_at timestamptz, jobs_expired integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_worker record;
+    v_expired integer;
+BEGIN
+    IF p_stale_after IS NULL OR p_stale_after <= interval '0' THEN
+        RAISE EXCEPTION 'stale_after must be a positive interval' USING ERRCODE = 'CD010';
+    END IF;
+    FOR v_worker IN
+        UPDATE codity.workers w
+        SET status = 'dead', stopped_at = p_now
+        WHERE w.status = 'active' AND w.last_heartbeat_at < p_now - p_stale_after
+        RETURNING w.id, w.name, w.last_heartbeat_at
+    LOOP
+        UPDATE codity.jobs j
+        SET lock_expires_at = LEAST(j.lock_expires_at, p_now), updated_at = p_now
+        WHERE j.worker_id = v_worker.id AND j.status IN ('claimed', 'running');
+        GET DIAGNOSTICS v_expired = ROW_COUNT;
+        RETURN QUERY SELECT v_worker.id, v_worker.name, v_worker.last_heartbeat_at, v_expired;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.sweep_workers(timestamptz, interval) IS
+'Mark workers dead whose last heartbeat is older than p_stale_after and expire their leases now.
+
+The reap that follows in codity.tick then requeues their jobs with the attempt refunded.
+Example: SELECT * FROM codity.sweep_workers();';
+
+REVOKE ALL ON FUNCTION codity.sweep_workers(timestamptz, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.sweep_workers(timestamptz, interval) TO codity_app;
