@@ -122,11 +122,11 @@ class EmbeddedServer:
     def start(self) -> None:
         """Initialise if needed and start; a no-op when already running."""
         self._prepare_folders()
-        if not self.is_initialised():
-            self._initdb()
         if self.is_running():
             return
         self._check_port_free()
+        if not self.is_initialised():
+            self._initdb()
         options = [
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self._socket_dir()}",
             *(f"-c {s}" for s in self.settings),
