@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -128,9 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--jobs", type=int, default=100_000, help="jobs to load (default 100000)")
     explain.set_defaults(func=_cmd_explain)
 
-    sub.add_parser("sql-reference", help="regenerate docs/SQL_API.md from the catalogue").set_defaults(
-        func=_cmd_sql_reference
-    )
+    sub.add_parser(
+        "sql-reference", help="regenerate docs/SQL_API.md from the catalogue"
+    ).set_defaults(func=_cmd_sql_reference)
     return parser
 
 

@@ -21,10 +21,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from psycopg import sql
-
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer
+from psycopg import sql
 
 TEMPLATE = f"codity_template_{os.getpid()}"
 
@@ -71,7 +70,12 @@ def pg_server_url() -> Iterator[str]:
         home,
         _free_port(),
         bin_dir=Path(bin_dir) if bin_dir else None,
-        settings=["fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=200"],
+        settings=[
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=200",
+        ],
     )
     server.start()
     try:
@@ -94,21 +98,27 @@ def template_url(pg_server_url: str) -> Iterator[str]:
         inject(url, fault)
     yield url
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE))
+        )
 
 
 def clone_database(pg_server_url: str, template: str) -> tuple[str, str]:
     name = f"codity_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
         )
     return name, _with_database(pg_server_url, name)
 
 
 def drop_database(pg_server_url: str, name: str) -> None:
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 @pytest.fixture

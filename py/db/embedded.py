@@ -62,7 +62,14 @@ def _ensure_system_user() -> _RunAs:
         entry = pwd.getpwnam(SYSTEM_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SYSTEM_USER,
+            ],
             check=True,
             capture_output=True,
         )
@@ -113,7 +120,10 @@ class EmbeddedServer:
 
     def version(self) -> str:
         out = subprocess.run(
-            [str(self.bin_dir / "postgres"), "--version"], check=True, capture_output=True, text=True
+            [str(self.bin_dir / "postgres"), "--version"],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         return out.stdout.strip()
 
@@ -216,15 +226,21 @@ class EmbeddedServer:
         return result
 
     def _run(self, cmd: list[str]) -> subprocess.CompletedProcess[str]:
-        kwargs: dict[str, object] = {}
-        if self._run_as is not None:
-            kwargs = {"user": self._run_as.uid, "group": self._run_as.gid, "extra_groups": []}
+        run_as = self._run_as
         # pg_ctl keeps the postmaster's stdout/stderr: give it files, never pipes we wait on.
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             proc = subprocess.run(
-                cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
-                cwd=self.home, check=False, **kwargs,  # type: ignore[arg-type]
-            )  # fmt: skip
+                cmd,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                cwd=self.home,
+                check=False,
+                user=run_as.uid if run_as else None,
+                group=run_as.gid if run_as else None,
+                extra_groups=[] if run_as else None,
+            )
             out.seek(0)
             err.seek(0)
             return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())

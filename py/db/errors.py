@@ -82,4 +82,6 @@ def translate(exc: psycopg.Error) -> CodityError | None:
     if cls is None:
         return None
     diag = exc.diag
-    return cls(exc.sqlstate or "", diag.message_primary or str(exc), diag.message_detail, diag.message_hint)
+    return cls(
+        exc.sqlstate or "", diag.message_primary or str(exc), diag.message_detail, diag.message_hint
+    )

@@ -13,7 +13,7 @@ def embedded_server(settings: Settings) -> EmbeddedServer:
 
 
 def database_url(settings: Settings, *, start: bool = True) -> str:
-    """The URL to use; with no DATABASE_URL, start the embedded server first (unless told not to)."""
+    """The URL to use; without DATABASE_URL, start the embedded server first unless start=False."""
     if settings.database_url:
         return settings.database_url
     server = embedded_server(settings)
