@@ -74,6 +74,39 @@ def _cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.worker.main import load_registry, run_worker
+    from codity.worker.runtime import WorkerConfig
+
+    registry = load_registry(args.app)
+    config = WorkerConfig(
+        queues=tuple(args.queue),
+        concurrency=args.concurrency,
+        heartbeat_s=_env_ms("WORKER_HEARTBEAT_MS", 5000) / 1000,
+        poll_s=_env_ms("WORKER_POLL_INTERVAL_MS", 5000) / 1000,
+        grace_s=_env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000,
+        listen=not args.no_listen,
+        **({"name": args.name} if args.name else {}),
+    )
+    run_worker(database_url(settings), registry, config)
+    return 0
+
+
+def _env_ms(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise SystemExit(
+            f"codity: {name} must be a whole number of milliseconds, got {value!r}"
+        ) from None
+    if parsed <= 0:
+        raise SystemExit(f"codity: {name} must be positive, got {parsed}")
+    return parsed
+
+
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from codity.scheduler import run_scheduler
 
@@ -122,6 +155,18 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
         p.set_defaults(func=func)
+
+    worker = sub.add_parser("worker", help="run jobs: claim, run handlers, report back")
+    worker.add_argument("--app", required=True, help="module:registry holding the handlers")
+    worker.add_argument(
+        "--queue", action="append", required=True, help="a queue to serve (repeatable)"
+    )
+    worker.add_argument(
+        "--concurrency", type=int, default=_env_ms("WORKER_CAPACITY", 5), help="WORKER_CAPACITY (5)"
+    )
+    worker.add_argument("--name", help="worker name (default host-pid)")
+    worker.add_argument("--no-listen", action="store_true", help="poll only (benchmarks)")
+    worker.set_defaults(func=_cmd_worker)
 
     explain = sub.add_parser("explain", help="regenerate docs/EXPLAIN.md from real plans")
     explain.add_argument("--jobs", type=int, default=100_000, help="jobs to load (default 100000)")

@@ -1,0 +1,44 @@
+"""What a handler knows about the job it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["JobContext", "JobLogger"]
+
+
+class JobLogger(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes records with the job; it is never given the payload, so it cannot log it."""
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = self.extra or {}
+        return f"[job {extra.get('job_id')} attempt {extra.get('attempt')}] {msg}", kwargs
+
+
+@dataclass
+class JobContext:
+    job_id: int
+    attempt: int
+    fence: int
+    queue: str
+    task: str
+    max_attempts: int
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the job was cancelled by an operator or its lease was lost: stop work."""
+    logger: JobLogger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.logger = JobLogger(
+            logging.getLogger(f"codity.job.{self.task}"),
+            {"job_id": self.job_id, "attempt": self.attempt},
+        )
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()

@@ -1,0 +1,383 @@
+"""The worker process: wake on NOTIFY, claim up to free capacity, run handlers, report back.
+
+All queue logic is in the database; this module only moves jobs between ``codity.*``
+calls and handlers::
+
+    LISTEN codity_v1 ──wake──▶ claim loop ──claim(queue, free)──▶ job tasks
+         (own connection,           │ slow jittered poll as a       │ start → handler →
+          reconnects, and           │ safety net                    │ complete / fail
+          wakes after each)         ▼                               ▼ (fenced)
+                               heartbeat loop: every 5 s extends leases; 'cancelled'
+                               or 'lost' sets the job's cancel signal, result discarded
+
+On stop (SIGTERM/SIGINT) the claim loop ends, in-flight jobs get SHUTDOWN_GRACE_MS to
+finish, the rest are cancelled and released (attempt not charged), the worker
+deregisters and the process exits 0. A database that goes away never kills the worker:
+every call retries with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import random
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+from codity.db.errors import CodityError, WorkerNotActive, translate
+from codity.worker.context import JobContext
+from codity.worker.registry import Registry, Task
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+__all__ = ["Worker", "WorkerConfig"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_TRANSIENT = (psycopg.OperationalError, PoolTimeout)
+_MAX_ERROR = 4000
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...]
+    concurrency: int = 5
+    heartbeat_s: float = 5.0
+    poll_s: float = 5.0
+    grace_s: float = 30.0
+    listen: bool = True
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    project_id: int | None = None
+
+
+@dataclass
+class _Running:
+    ctx: JobContext
+    task: asyncio.Task[None]
+
+
+class Worker:
+    def __init__(self, url: str, registry: Registry, config: WorkerConfig) -> None:
+        if not config.queues:
+            raise ValueError("a worker needs at least one queue")
+        self.url = url
+        self.registry = registry
+        self.config = config
+        self.worker_id: int | None = None
+        self._pool: AsyncConnectionPool | None = None
+        self._running: dict[int, _Running] = {}
+        self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._pool = AsyncConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.config.concurrency + 2,
+            kwargs={"autocommit": True, "application_name": "codity-worker"},
+            open=False,
+        )
+        await self._pool.open(wait=False)
+        background: list[asyncio.Task[None]] = []
+        try:
+            self.worker_id = await self._retry(self._register, stop)
+            if self.worker_id is None:
+                return
+            log.info(
+                "worker %s registered as %d on %s",
+                self.config.name,
+                self.worker_id,
+                self.config.queues,
+            )
+            if self.config.listen:
+                background.append(asyncio.create_task(self._listen_loop()))
+            background.append(asyncio.create_task(self._heartbeat_loop()))
+            await self._claim_loop(stop)
+            await self._drain()
+        finally:
+            self._closing.set()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            if self.worker_id is not None:
+                with contextlib.suppress(*_TRANSIENT):
+                    released = await self._call(
+                        "SELECT codity.deregister_worker(%s)", [self.worker_id], one=True
+                    )
+                    log.info(
+                        "worker %d deregistered (%s job(s) released)", self.worker_id, released
+                    )
+            await self._pool.close()
+
+    async def _register(self) -> int:
+        row = await self._call(
+            "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s)",
+            [
+                self.config.name,
+                list(self.config.queues),
+                self.config.concurrency,
+                socket.gethostname(),
+                os.getpid(),
+                self.config.project_id,
+            ],
+            one=True,
+        )
+        return int(row)
+
+    # -- claiming ------------------------------------------------------------
+
+    async def _claim_loop(self, stop: asyncio.Event) -> None:
+        backoff = 0.2
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                claimed = await self._claim_once()
+                backoff = 0.2
+            except _TRANSIENT as exc:
+                log.warning("claim failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
+                await _wait_any(stop, timeout=backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            except WorkerNotActive:
+                # Declared dead while we were unreachable: a heartbeat makes us active again.
+                await self._heartbeat_once()
+                continue
+            if claimed and self._free() > 0:
+                continue
+            poll = self.config.poll_s * random.uniform(0.8, 1.2)
+            await _wait_any(stop, self._wake, timeout=poll)
+
+    def _free(self) -> int:
+        return self.config.concurrency - len(self._running)
+
+    async def _claim_once(self) -> int:
+        claimed = 0
+        for queue in self.config.queues:  # one queue per call: see codity.claim
+            free = self._free()
+            if free <= 0:
+                break
+            rows = await self._call(
+                "SELECT * FROM codity.claim(%s, %s, %s, %s)",
+                [self.worker_id, queue, free, self.config.project_id],
+            )
+            for row in rows:
+                self._spawn(queue, row)
+            claimed += len(rows)
+        return claimed
+
+    def _spawn(self, queue: str, row: dict[str, Any]) -> None:
+        ctx = JobContext(
+            job_id=row["job_id"],
+            attempt=row["attempt"],
+            fence=row["fence"],
+            queue=queue,
+            task=row["task"],
+            max_attempts=row["max_attempts"],
+        )
+        job = asyncio.create_task(self._run_job(ctx, row["payload"], row["timeout_seconds"]))
+        self._running[ctx.job_id] = _Running(ctx, job)
+        job.add_done_callback(functools.partial(self._finished, ctx.job_id))
+
+    def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
+        self._running.pop(job_id, None)
+        self._wake.set()  # a slot is free: there may be more to claim
+
+    # -- running one job -------------------------------------------------------
+
+    async def _run_job(self, ctx: JobContext, payload: Any, timeout_s: int | None) -> None:
+        try:
+            await self._run_job_unguarded(ctx, payload, timeout_s)
+        except CodityError as exc:
+            # E.g. the job was deleted under us (CD003): nothing to report back to.
+            ctx.logger.error("abandoned: %s (%s)", exc.message, exc.sqlstate)
+
+    async def _run_job_unguarded(
+        self, ctx: JobContext, payload: Any, timeout_s: int | None
+    ) -> None:
+        started = await self._report(
+            "start", "SELECT * FROM codity.start(%s, %s)", [ctx.job_id, ctx.fence]
+        )
+        if not started:
+            return
+        task = self.registry.get(ctx.task)
+        if task is None:
+            await self._fail(
+                ctx, f"UnknownTask: no handler registered for {ctx.task!r}", retryable=True
+            )
+            return
+        try:
+            result = await asyncio.wait_for(_invoke(task, payload, ctx), timeout_s)
+        except asyncio.CancelledError:
+            raise  # drain: the job is released by _drain
+        except TimeoutError:
+            await self._fail(ctx, f"Timeout: handler ran longer than {timeout_s}s", retryable=True)
+            return
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            await self._fail(ctx, message, retryable=not isinstance(exc, task.non_retryable))
+            return
+        if ctx.is_cancelled:
+            ctx.logger.info("finished after its cancellation or lease loss; result discarded")
+            return
+        await self._report(
+            "complete",
+            "SELECT * FROM codity.complete(%s, %s, %s)",
+            [ctx.job_id, ctx.fence, _as_json(result)],
+        )
+
+    async def _fail(self, ctx: JobContext, message: str, *, retryable: bool) -> None:
+        if ctx.is_cancelled:
+            return
+        ctx.logger.warning("failed: %s", message[:200])
+        await self._report(
+            "fail",
+            "SELECT * FROM codity.fail(%s, %s, %s, %s)",
+            [ctx.job_id, ctx.fence, message[:_MAX_ERROR], retryable],
+        )
+
+    async def _report(self, call: str, query: str, params: list[Any]) -> bool:
+        """A fenced call, retried while the database is unreachable; True when accepted."""
+        backoff = 0.2
+        while True:
+            try:
+                rows = await self._call(query, params)
+            except _TRANSIENT as exc:
+                if self._closing.is_set():
+                    return False
+                log.warning(
+                    "%s of job %s failed (%s); retrying", call, params[0], type(exc).__name__
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            accepted = bool(rows and rows[0]["accepted"])
+            if not accepted:
+                log.info(
+                    "%s of job %s refused: %s", call, params[0], rows[0]["detail"] if rows else ""
+                )
+            return accepted
+
+    # -- heartbeat ---------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            try:
+                await self._heartbeat_once()
+            except _TRANSIENT as exc:
+                log.warning("heartbeat failed (%s)", type(exc).__name__)
+
+    async def _heartbeat_once(self) -> None:
+        running = list(self._running.values())
+        rows = await self._call(
+            "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])",
+            [self.worker_id, [r.ctx.job_id for r in running], [r.ctx.fence for r in running]],
+        )
+        for row in rows:
+            if row["state"] in ("cancelled", "lost"):
+                entry = self._running.get(row["job_id"])
+                if entry is not None and entry.ctx.fence == row["fence"]:
+                    entry.ctx.logger.warning("job %s: stop it", row["state"])
+                    entry.ctx.cancelled.set()
+
+    # -- waking ----------------------------------------------------------------
+
+    async def _listen_loop(self) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, application_name="codity-listener"
+                ) as conn:
+                    await conn.execute("LISTEN codity_v1")
+                    backoff = 0.2
+                    self._wake.set()  # notifications sent while we were away are gone
+                    async for _notify in conn.notifies():
+                        self._wake.set()
+            except psycopg.OperationalError as exc:
+                log.warning("listener lost its connection (%s); reconnecting", type(exc).__name__)
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, 10.0)
+
+    # -- draining --------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        if not self._running:
+            return
+        log.info("draining %d job(s) for up to %.0fs", len(self._running), self.config.grace_s)
+        entries = list(self._running.values())
+        _done, pending = await asyncio.wait([e.task for e in entries], timeout=self.config.grace_s)
+        for entry in entries:
+            if entry.task not in pending:
+                continue
+            entry.ctx.cancelled.set()
+            entry.task.cancel()
+            with contextlib.suppress(*_TRANSIENT):
+                await self._report(
+                    "release",
+                    "SELECT * FROM codity.release(%s, %s)",
+                    [entry.ctx.job_id, entry.ctx.fence],
+                )
+        await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
+
+    # -- database ----------------------------------------------------------------
+
+    async def _call(self, query: str, params: list[Any], *, one: bool = False) -> Any:
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(query, params)
+                rows = await cur.fetchall()
+        except psycopg.Error as exc:
+            translated = translate(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
+        if one:
+            return next(iter(rows[0].values())) if rows else None
+        return rows
+
+    async def _retry(self, call: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T | None:
+        backoff = 0.2
+        while not stop.is_set():
+            try:
+                return await call()
+            except _TRANSIENT as exc:
+                log.warning(
+                    "database unavailable (%s); retrying in %.1fs", type(exc).__name__, backoff
+                )
+                await _wait_any(stop, timeout=backoff)
+                backoff = min(backoff * 2, 10.0)
+        return None
+
+
+async def _invoke(task: Task, payload: Any, ctx: JobContext) -> Any:
+    if task.is_async:
+        return await task.handler(payload, ctx)
+    return await asyncio.to_thread(task.handler, payload, ctx)
+
+
+def _as_json(result: Any) -> Jsonb | None:
+    if result is None or not isinstance(result, dict | list | str | int | float | bool):
+        return None
+    return Jsonb(result)
+
+
+async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

@@ -1,0 +1,181 @@
+"""The worker runtime against a real database, in-process: claims, runs, reports, drains."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from codity.worker import JobContext, NonRetryable, Registry, Worker, WorkerConfig
+
+FAST = {"heartbeat_s": 0.2, "poll_s": 0.5, "grace_s": 2.0}
+
+
+def _setup(conn: psycopg.Connection, max_attempts: int = 2) -> None:
+    conn.execute(
+        "SELECT codity.create_queue('work', p_max_attempts => %s, p_backoff => 'fixed', "
+        "p_base_delay_ms => 0, p_max_delay_ms => 0)",
+        [max_attempts],
+    )
+
+
+def _statuses(conn: psycopg.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT status::text, count(*) FROM codity.jobs GROUP BY 1").fetchall()
+    return {status: count for status, count in rows}
+
+
+async def _run_until(
+    db_url: str, registry: Registry, done: Callable[[], bool], *, timeout: float = 20, **config: Any
+) -> None:
+    stop = asyncio.Event()
+    worker = Worker(db_url, registry, WorkerConfig(queues=("work",), **(FAST | config)))
+    runner = asyncio.create_task(worker.run(stop))
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not done():
+        assert asyncio.get_running_loop().time() < deadline, "worker did not finish in time"
+        assert not runner.done(), f"worker stopped early: {runner.exception()}"
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(runner, timeout=10)
+
+
+def test_worker_runs_sync_and_async_handlers_and_reports_outcomes(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    _setup(conn)
+    registry = Registry()
+    seen: list[tuple[str, int]] = []
+
+    @registry.task("ok.async")
+    async def ok_async(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        seen.append(("async", ctx.job_id))
+        return {"double": payload["n"] * 2}
+
+    @registry.task("ok.sync")
+    def ok_sync(payload: dict[str, Any], ctx: JobContext) -> None:
+        seen.append(("sync", ctx.job_id))
+
+    @registry.task("always.fails")
+    async def always_fails(payload: Any, ctx: JobContext) -> None:
+        raise RuntimeError("boom")
+
+    @registry.task("never.retry")
+    async def never_retry(payload: Any, ctx: JobContext) -> None:
+        raise NonRetryable("bad input")
+
+    conn.execute(
+        "SELECT codity.enqueue_many('work', %s)",
+        [
+            psycopg.types.json.Jsonb(
+                [{"task": "ok.async", "payload": {"n": i}} for i in range(20)]
+                + [{"task": "ok.sync"} for _ in range(5)]
+                + [{"task": "always.fails"}, {"task": "never.retry"}]
+            )
+        ],
+    )
+
+    def done() -> bool:
+        conn.execute("SELECT codity.promote()")
+        s = _statuses(conn)
+        return s.get("completed", 0) == 25 and s.get("dead_letter", 0) == 2
+
+    asyncio.run(_run_until(db_url, registry, done))
+
+    assert len(seen) == 25
+    reasons = dict(conn.execute("SELECT task, reason FROM codity.dead_letters").fetchall())
+    assert reasons == {
+        "always.fails": "failed: max attempts reached (2/2)",
+        "never.retry": "failed: not retryable",
+    }
+    result = conn.execute(
+        "SELECT x.result FROM codity.job_executions x JOIN codity.jobs j ON j.id = x.job_id "
+        "WHERE j.task = 'ok.async' AND j.payload = '{\"n\": 4}'"
+    ).fetchone()
+    assert result == ({"double": 8},)
+    errors = conn.execute(
+        "SELECT x.error FROM codity.job_executions x JOIN codity.jobs j ON j.id = x.job_id "
+        "WHERE j.task = 'always.fails' ORDER BY x.execution_seq"
+    ).fetchall()
+    assert errors == [("RuntimeError: boom",), ("RuntimeError: boom",)]
+    # Deregistered on the way out.
+    assert conn.execute("SELECT status::text FROM codity.workers").fetchall() == [("stopped",)]
+
+
+def test_drain_releases_unfinished_jobs_without_charging_attempts(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    _setup(conn)
+    registry = Registry()
+    started = 0
+
+    @registry.task("slow")
+    async def slow(payload: Any, ctx: JobContext) -> None:
+        nonlocal started
+        started += 1
+        await asyncio.sleep(60)
+
+    conn.execute(
+        "SELECT codity.enqueue_many('work', %s)",
+        [psycopg.types.json.Jsonb([{"task": "slow"} for _ in range(3)])],
+    )
+    asyncio.run(_run_until(db_url, registry, lambda: started == 3, grace_s=0.3))
+
+    rows = conn.execute("SELECT status::text, attempt FROM codity.jobs").fetchall()
+    assert rows == [("queued", 0)] * 3
+    executions = conn.execute(
+        "SELECT status::text, attempt_refunded FROM codity.job_executions"
+    ).fetchall()
+    assert executions == [("released", True)] * 3
+
+
+def test_cancelled_job_is_told_and_its_result_discarded(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    _setup(conn)
+    registry = Registry()
+    observed: list[bool] = []
+
+    @registry.task("cancellable")
+    async def cancellable(payload: Any, ctx: JobContext) -> dict[str, bool]:
+        conn.execute("SELECT codity.cancel(%s)", [ctx.job_id])
+        await asyncio.wait_for(ctx.cancelled.wait(), timeout=10)
+        observed.append(ctx.is_cancelled)
+        return {"late": True}
+
+    conn.execute("SELECT codity.enqueue('work', 'cancellable')")
+    asyncio.run(_run_until(db_url, registry, lambda: observed == [True]))
+
+    assert _statuses(conn) == {"cancelled": 1}
+    assert conn.execute("SELECT status::text, result FROM codity.job_executions").fetchall() == [
+        ("cancelled", None)
+    ]
+    assert conn.execute("SELECT count(*) FROM codity.fence_rejections").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_idle_worker_picks_up_new_job(db_url: str, conn: psycopg.Connection, listen: bool) -> None:
+    _setup(conn)
+    registry = Registry()
+    done: list[int] = []
+
+    @registry.task("ping")
+    async def ping(payload: Any, ctx: JobContext) -> None:
+        done.append(ctx.job_id)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        worker = Worker(db_url, registry, WorkerConfig(queues=("work",), listen=listen, **FAST))
+        runner = asyncio.create_task(worker.run(stop))
+        await asyncio.sleep(0.5)  # idle, listening
+        conn.execute("SELECT codity.enqueue('work', 'ping')")
+        for _ in range(200):
+            if done:
+                break
+            await asyncio.sleep(0.02)
+        stop.set()
+        await runner
+
+    asyncio.run(scenario())
+    assert len(done) == 1
