@@ -1,0 +1,77 @@
+"""The generated docs are current, and the claim's plan is what docs/EXPLAIN.md says.
+
+docs/SQL_API.md must equal what py/sql_reference.py renders from a freshly migrated
+database. The claim's selection must plan as Limit -> LockRows -> Index Scan using
+jobs_claim_idx with no Sort node, and the same check must fail once the index is gone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+import psycopg
+import pytest
+
+from codity.explain import claim_plan, claim_plan_problems, explain_path, load_jobs
+from codity.sql_reference import reference_path, render_reference
+
+JOBS = 20_000
+
+
+def test_sql_reference_matches_the_catalogue(db_url: str) -> None:
+    expected = render_reference(db_url)
+    path = reference_path()
+    actual = path.read_text(encoding="utf-8") if path.exists() else ""
+    if actual != expected:
+        diff = difflib.unified_diff(
+            actual.splitlines(), expected.splitlines(), "docs/SQL_API.md", "catalogue", lineterm=""
+        )
+        pytest.fail(
+            "docs/SQL_API.md is stale: run ./codity sql-reference\n" + "\n".join(list(diff)[:60])
+        )
+
+
+def _loaded(conn: psycopg.Connection) -> int:
+    queue_id = load_jobs(conn, JOBS)[0]
+    conn.execute("ANALYZE codity.jobs")
+    return queue_id
+
+
+def test_claim_plan_is_an_index_scan_of_the_claim_index_without_sort(
+    conn: psycopg.Connection,
+) -> None:
+    queue_id = _loaded(conn)
+    plan = claim_plan(conn, queue_id)
+    assert claim_plan_problems(plan) == [], plan
+
+
+def test_claim_plan_check_fails_without_the_claim_index(conn: psycopg.Connection) -> None:
+    queue_id = _loaded(conn)
+    conn.execute("DROP INDEX codity.jobs_claim_idx")
+    problems = claim_plan_problems(claim_plan(conn, queue_id))
+    sorted_or_other_index = [p for p in problems if p.endswith("Sort node") or "uses" in p]
+    assert sorted_or_other_index, problems
+
+
+def test_claim_plan_leaves_no_row_locked(conn: psycopg.Connection, db_url: str) -> None:
+    queue_id = _loaded(conn)
+    claim_plan(conn, queue_id)
+    with psycopg.connect(db_url) as other:
+        row = other.execute(
+            "SELECT count(*) FROM (SELECT FROM codity.jobs WHERE queue_id = %s"
+            " AND status = 'queued' FOR UPDATE NOWAIT) AS locked",
+            [queue_id],
+        ).fetchone()
+    assert row is not None and row[0] == JOBS // 4
+
+
+def test_explain_doc_shows_the_claim_index_plan_without_sort() -> None:
+    path = explain_path()
+    assert path.exists(), "docs/EXPLAIN.md is missing: run ./codity explain"
+    text = path.read_text(encoding="utf-8")
+    found = re.search(r"## The plan with the full claim index\n.*?```text\n(.*?)```", text, re.S)
+    assert found, "docs/EXPLAIN.md has no text plan under its full-index heading"
+    plan = found[1]
+    assert "Index Scan using jobs_claim_idx" in plan
+    assert "Sort" not in plan
