@@ -23,8 +23,9 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from codity.worker.context import JobContext
 from psycopg.types.json import Jsonb
+
+from codity.worker.context import JobContext
 
 __all__ = ["Handler", "NonRetryable", "Registry", "Task"]
 

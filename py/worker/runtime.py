@@ -3,17 +3,22 @@
 All queue logic is in the database; this module only moves jobs between ``codity.*``
 calls and handlers::
 
-    LISTEN codity_v1 ──wake──▶ claim loop ──claim(queue, free)──▶ job tasks
-         (own connection,           │ slow jittered poll as a       │ start → handler →
-          reconnects, and           │ safety net                    │ complete / fail
-          wakes after each)         ▼                               ▼ (fenced)
-                               heartbeat loop: every 5 s extends leases; 'cancelled'
-                               or 'lost' sets the job's cancel signal, result discarded
+    LISTEN codity_v1 ─wake─▶ claim loop ─ claim(queue, free) + start_many ─▶ job tasks
+      (own connection;          │ a slow jittered poll                          │
+       wakes after every        │ as a safety net                               ▼
+       reconnect)               │                 handler ─ ok ──▶ Completer (complete_many)
+                                │                         └ error ▶ fail (fenced)
+      heartbeat loop: every 5 s extends the leases of running and unreported jobs;
+      'cancelled' or 'lost' sets the job's cancel signal and its result is discarded
+
+Round trips are batched: one claim and one start_many per batch, completions flushed
+together. Heartbeats and batch reports share a lock so that two multi-row updates of
+this worker's jobs never run at once (no lock-order deadlock between them).
 
 On stop (SIGTERM/SIGINT) the claim loop ends, in-flight jobs get SHUTDOWN_GRACE_MS to
-finish, the rest are cancelled and released (attempt not charged), the worker
-deregisters and the process exits 0. A database that goes away never kills the worker:
-every call retries with capped exponential backoff.
+finish, the rest are cancelled and released (attempt not charged), completions are
+flushed, the worker deregisters and the process exits 0. A database that goes away never
+kills the worker: every call retries with capped exponential backoff.
 """
 
 from __future__ import annotations
@@ -30,19 +35,21 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
-from codity.db.errors import CodityError, WorkerNotActive, translate
-from codity.worker.context import JobContext
-from codity.worker.registry import Registry, Task
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from codity.db.errors import CodityError, WorkerNotActive, translate
+from codity.worker.completer import Completer
+from codity.worker.context import JobContext
+from codity.worker.registry import Registry, Task
 
 __all__ = ["Worker", "WorkerConfig"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_TRANSIENT = (psycopg.OperationalError, PoolTimeout)
+TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 _MAX_ERROR = 4000
 
 
@@ -68,6 +75,8 @@ class Worker:
     def __init__(self, url: str, registry: Registry, config: WorkerConfig) -> None:
         if not config.queues:
             raise ValueError("a worker needs at least one queue")
+        if config.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
         self.url = url
         self.registry = registry
         self.config = config
@@ -76,14 +85,16 @@ class Worker:
         self._running: dict[int, _Running] = {}
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()
+        self._batch_lock = asyncio.Lock()
+        self._completer = Completer(self._call, self._batch_lock, TRANSIENT)
 
     # -- lifecycle -----------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         self._pool = AsyncConnectionPool(
             self.url,
-            min_size=1,
-            max_size=self.config.concurrency + 2,
+            min_size=2,
+            max_size=self.config.concurrency + 3,
             kwargs={"autocommit": True, "application_name": "codity-worker"},
             open=False,
         )
@@ -99,9 +110,10 @@ class Worker:
                 self.worker_id,
                 self.config.queues,
             )
+            background.append(asyncio.create_task(self._completer.run()))
+            background.append(asyncio.create_task(self._heartbeat_loop()))
             if self.config.listen:
                 background.append(asyncio.create_task(self._listen_loop()))
-            background.append(asyncio.create_task(self._heartbeat_loop()))
             await self._claim_loop(stop)
             await self._drain()
         finally:
@@ -110,18 +122,20 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             if self.worker_id is not None:
-                with contextlib.suppress(*_TRANSIENT):
+                with contextlib.suppress(*TRANSIENT):
                     released = await self._call(
-                        "SELECT codity.deregister_worker(%s)", [self.worker_id], one=True
+                        "SELECT codity.deregister_worker(%s) AS n", [self.worker_id]
                     )
                     log.info(
-                        "worker %d deregistered (%s job(s) released)", self.worker_id, released
+                        "worker %d deregistered (%s job(s) released)",
+                        self.worker_id,
+                        released[0]["n"],
                     )
             await self._pool.close()
 
     async def _register(self) -> int:
-        row = await self._call(
-            "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s)",
+        rows = await self._call(
+            "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s) AS id",
             [
                 self.config.name,
                 list(self.config.queues),
@@ -130,9 +144,8 @@ class Worker:
                 os.getpid(),
                 self.config.project_id,
             ],
-            one=True,
         )
-        return int(row)
+        return int(rows[0]["id"])
 
     # -- claiming ------------------------------------------------------------
 
@@ -143,7 +156,7 @@ class Worker:
             try:
                 claimed = await self._claim_once()
                 backoff = 0.2
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 log.warning("claim failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
                 await _wait_any(stop, timeout=backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -170,10 +183,24 @@ class Worker:
                 "SELECT * FROM codity.claim(%s, %s, %s, %s)",
                 [self.worker_id, queue, free, self.config.project_id],
             )
-            for row in rows:
-                self._spawn(queue, row)
+            if rows:
+                await self._start(queue, rows)
             claimed += len(rows)
         return claimed
+
+    async def _start(self, queue: str, rows: list[dict[str, Any]]) -> None:
+        ids = [row["job_id"] for row in rows]
+        fences = [row["fence"] for row in rows]
+        async with self._batch_lock:
+            outcome = await self._call(
+                "SELECT * FROM codity.start_many(%s::bigint[], %s::integer[])", [ids, fences]
+            )
+        accepted = {o["job_id"] for o in outcome if o["accepted"]}
+        for row in rows:
+            if row["job_id"] in accepted:
+                self._spawn(queue, row)
+            else:
+                log.info("job %s was taken back before it started", row["job_id"])
 
     def _spawn(self, queue: str, row: dict[str, Any]) -> None:
         ctx = JobContext(
@@ -195,45 +222,33 @@ class Worker:
     # -- running one job -------------------------------------------------------
 
     async def _run_job(self, ctx: JobContext, payload: Any, timeout_s: int | None) -> None:
+        task = self.registry.get(ctx.task)
         try:
-            await self._run_job_unguarded(ctx, payload, timeout_s)
+            if task is None:
+                await self._fail(
+                    ctx, f"UnknownTask: no handler registered for {ctx.task!r}", retryable=True
+                )
+                return
+            try:
+                result = await asyncio.wait_for(_invoke(task, payload, ctx), timeout_s)
+            except asyncio.CancelledError:
+                raise  # drain: the job is released by _drain
+            except TimeoutError:
+                await self._fail(
+                    ctx, f"Timeout: handler ran longer than {timeout_s}s", retryable=True
+                )
+                return
+            except Exception as exc:
+                message = f"{type(exc).__name__}: {exc}"
+                await self._fail(ctx, message, retryable=not isinstance(exc, task.non_retryable))
+                return
+            if ctx.is_cancelled:
+                ctx.logger.info("finished after its cancellation or lease loss; result discarded")
+                return
+            self._completer.add(ctx, _as_json(result))
         except CodityError as exc:
             # E.g. the job was deleted under us (CD003): nothing to report back to.
             ctx.logger.error("abandoned: %s (%s)", exc.message, exc.sqlstate)
-
-    async def _run_job_unguarded(
-        self, ctx: JobContext, payload: Any, timeout_s: int | None
-    ) -> None:
-        started = await self._report(
-            "start", "SELECT * FROM codity.start(%s, %s)", [ctx.job_id, ctx.fence]
-        )
-        if not started:
-            return
-        task = self.registry.get(ctx.task)
-        if task is None:
-            await self._fail(
-                ctx, f"UnknownTask: no handler registered for {ctx.task!r}", retryable=True
-            )
-            return
-        try:
-            result = await asyncio.wait_for(_invoke(task, payload, ctx), timeout_s)
-        except asyncio.CancelledError:
-            raise  # drain: the job is released by _drain
-        except TimeoutError:
-            await self._fail(ctx, f"Timeout: handler ran longer than {timeout_s}s", retryable=True)
-            return
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            await self._fail(ctx, message, retryable=not isinstance(exc, task.non_retryable))
-            return
-        if ctx.is_cancelled:
-            ctx.logger.info("finished after its cancellation or lease loss; result discarded")
-            return
-        await self._report(
-            "complete",
-            "SELECT * FROM codity.complete(%s, %s, %s)",
-            [ctx.job_id, ctx.fence, _as_json(result)],
-        )
 
     async def _fail(self, ctx: JobContext, message: str, *, retryable: bool) -> None:
         if ctx.is_cancelled:
@@ -246,12 +261,12 @@ class Worker:
         )
 
     async def _report(self, call: str, query: str, params: list[Any]) -> bool:
-        """A fenced call, retried while the database is unreachable; True when accepted."""
+        """A single fenced call, retried while the database is unreachable; True when accepted."""
         backoff = 0.2
         while True:
             try:
                 rows = await self._call(query, params)
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if self._closing.is_set():
                     return False
                 log.warning(
@@ -274,21 +289,27 @@ class Worker:
             await asyncio.sleep(self.config.heartbeat_s)
             try:
                 await self._heartbeat_once()
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 log.warning("heartbeat failed (%s)", type(exc).__name__)
 
     async def _heartbeat_once(self) -> None:
-        running = list(self._running.values())
-        rows = await self._call(
-            "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])",
-            [self.worker_id, [r.ctx.job_id for r in running], [r.ctx.fence for r in running]],
-        )
+        async with self._batch_lock:
+            # Taken under the lock: a completion flush that just ended has left pending().
+            held = [r.ctx for r in self._running.values()] + self._completer.pending()
+            rows = await self._call(
+                "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])",
+                [self.worker_id, [c.job_id for c in held], [c.fence for c in held]],
+            )
+        by_id = {c.job_id: c for c in held}
         for row in rows:
-            if row["state"] in ("cancelled", "lost"):
-                entry = self._running.get(row["job_id"])
-                if entry is not None and entry.ctx.fence == row["fence"]:
-                    entry.ctx.logger.warning("job %s: stop it", row["state"])
-                    entry.ctx.cancelled.set()
+            ctx = by_id.get(row["job_id"])
+            if (
+                row["state"] in ("cancelled", "lost")
+                and ctx is not None
+                and ctx.fence == row["fence"]
+            ):
+                ctx.logger.warning("%s: stopping", row["state"])
+                ctx.cancelled.set()
 
     # -- waking ----------------------------------------------------------------
 
@@ -312,48 +333,49 @@ class Worker:
     # -- draining --------------------------------------------------------------
 
     async def _drain(self) -> None:
-        if not self._running:
-            return
-        log.info("draining %d job(s) for up to %.0fs", len(self._running), self.config.grace_s)
         entries = list(self._running.values())
-        _done, pending = await asyncio.wait([e.task for e in entries], timeout=self.config.grace_s)
-        for entry in entries:
-            if entry.task not in pending:
-                continue
-            entry.ctx.cancelled.set()
-            entry.task.cancel()
-            with contextlib.suppress(*_TRANSIENT):
+        if entries:
+            log.info("draining %d job(s) for up to %.0fs", len(entries), self.config.grace_s)
+            _done, pending = await asyncio.wait(
+                [e.task for e in entries], timeout=self.config.grace_s
+            )
+            for entry in entries:
+                if entry.task not in pending:
+                    continue
+                entry.ctx.cancelled.set()
+                entry.task.cancel()
                 await self._report(
                     "release",
                     "SELECT * FROM codity.release(%s, %s)",
                     [entry.ctx.job_id, entry.ctx.fence],
                 )
-        await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
+            await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
+        if not await self._completer.wait_idle(timeout=max(self.config.grace_s, 5.0)):
+            log.warning(
+                "some completions could not be reported; their jobs will be reaped and rerun"
+            )
 
     # -- database ----------------------------------------------------------------
 
-    async def _call(self, query: str, params: list[Any], *, one: bool = False) -> Any:
+    async def _call(self, query: str, params: list[Any]) -> list[dict[str, Any]]:
         assert self._pool is not None
         try:
             async with self._pool.connection() as conn:
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(query, params)
-                rows = await cur.fetchall()
+                return await cur.fetchall()
         except psycopg.Error as exc:
             translated = translate(exc)
             if translated is not None:
                 raise translated from exc
             raise
-        if one:
-            return next(iter(rows[0].values())) if rows else None
-        return rows
 
     async def _retry(self, call: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T | None:
         backoff = 0.2
         while not stop.is_set():
             try:
                 return await call()
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 log.warning(
                     "database unavailable (%s); retrying in %.1fs", type(exc).__name__, backoff
                 )

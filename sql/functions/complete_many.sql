@@ -1,0 +1,69 @@
+-- codity.complete_many: running -> completed for a batch of jobs, in one round trip.
+--
+-- A worker finishing hundreds of short jobs a second reports them in batches (River's
+-- batch completer); the audit row of each execution is closed in the same statement.
+-- Fenced per job like codity.complete. Locks: the UPDATE locks the matching rows; the
+-- worker never sends a heartbeat and a batch at the same time, so lock order between
+-- its own calls cannot deadlock. Caller: the Python worker's completer.
+
+CREATE OR REPLACE FUNCTION codity.complete_many(
+    p_job_ids bigint[],
+    p_fences integer[],
+    p_results jsonb[] DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (job_id bigint, accepted boolean, job_status codity.job_status, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_done bigint[];
+BEGIN
+    PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
+    IF p_results IS NOT NULL AND cardinality(p_results) <> cardinality(p_job_ids) THEN
+        RAISE EXCEPTION 'results must be NULL or hold one entry per job (% jobs, % results)',
+                        cardinality(p_job_ids), cardinality(p_results)
+            USING ERRCODE = 'CD010';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_results) AS r(result) WHERE octet_length(r.result::text) > 65536) THEN
+        RAISE EXCEPTION 'a result is larger than 65536 bytes' USING ERRCODE = 'CD011';
+    END IF;
+    PERFORM codity._check_transition('running', 'completed');
+
+    WITH batch AS (
+        SELECT b.job_id, b.fence, p_results[b.ord] AS result
+        FROM unnest(p_job_ids, p_fences) WITH ORDINALITY AS b(job_id, fence, ord)
+    ),
+    done AS (
+        UPDATE codity.jobs j
+        SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
+        FROM batch b
+        WHERE j.id = b.job_id AND j.execution_seq = b.fence AND j.status = 'running'
+        RETURNING j.id, j.execution_seq, b.result
+    ),
+    executions AS (
+        UPDATE codity.job_executions x
+        SET status = 'completed', finished_at = p_now, result = d.result
+        FROM done d
+        WHERE x.job_id = d.id AND x.execution_seq = d.execution_seq
+    )
+    SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM done d;
+
+    RETURN QUERY
+    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_done, 'completed', 'complete', p_now);
+END;
+$$;
+
+COMMENT ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) IS
+'Complete a batch of running jobs in one call, with optional results; fenced per job like codity.complete.
+
+One row per job: accepted = false (nothing changed, rejection recorded) where the fence is
+stale. A job that is held with a current fence but not running raises CD020. Raises CD010
+(arrays of different lengths or with NULLs), CD011 (a result over 64 KB).
+Example: SELECT * FROM codity.complete_many(ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
+
+REVOKE ALL ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) TO codity_app, codity_worker;
