@@ -21,9 +21,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg import sql
+
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer
-from psycopg import sql
 
 TEMPLATE = f"codity_template_{os.getpid()}"
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from codity.worker import JobContext, NonRetryable, Registry, Worker, WorkerConfig
 
 FAST = {"heartbeat_s": 0.2, "poll_s": 0.5, "grace_s": 2.0}

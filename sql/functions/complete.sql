@@ -25,6 +25,10 @@ BEGIN
         RAISE EXCEPTION 'result is % bytes; the limit is 65536', octet_length(p_result::text)
             USING ERRCODE = 'CD011';
     END IF;
+    IF p_fence IS NULL THEN
+        RAISE EXCEPTION 'fence must not be NULL' USING ERRCODE = 'CD010',
+              HINT = 'Pass the fence token that codity.claim returned with the job.';
+    END IF;
     SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
     IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
@@ -50,7 +54,7 @@ COMMENT ON FUNCTION codity.complete(bigint, integer, jsonb, timestamptz) IS
 
 Returns accepted = false and changes nothing when the fence is stale: the job was reaped
 and perhaps reclaimed by another worker, or cancelled. Raises CD003 (unknown job),
-CD011 (result over 64 KB), CD020 (e.g. completing a job that never started).
+CD010 (NULL fence), CD011 (result over 64 KB), CD020 (e.g. completing a job that never started).
 Example: SELECT * FROM codity.complete(42, 1, ''{"sent": true}'');';
 
 REVOKE ALL ON FUNCTION codity.complete(bigint, integer, jsonb, timestamptz) FROM PUBLIC;

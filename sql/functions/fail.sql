@@ -27,6 +27,10 @@ DECLARE
     v_retry_at timestamptz;
     v_reason text;
 BEGIN
+    IF p_fence IS NULL THEN
+        RAISE EXCEPTION 'fence must not be NULL' USING ERRCODE = 'CD010',
+              HINT = 'Pass the fence token that codity.claim returned with the job.';
+    END IF;
     SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
     IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
@@ -71,8 +75,8 @@ COMMENT ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) IS
 The job is dead-lettered when its attempts are used up or p_retryable is false; otherwise
 it is scheduled at now + codity.backoff_delay(...) and retry_at says when. The error text
 is kept (truncated to 8 KB) on the execution and the job. Returns accepted = false and
-changes nothing when the fence is stale. Raises CD003 (unknown job), CD020 (e.g. failing
-a job that never started).
+changes nothing when the fence is stale. Raises CD003 (unknown job), CD010 (NULL fence),
+CD020 (e.g. failing a job that never started).
 Example: SELECT * FROM codity.fail(42, 1, ''SMTPError: 451 try later'');';
 
 REVOKE ALL ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) FROM PUBLIC;

@@ -37,6 +37,10 @@ BEGIN
                         cardinality(p_job_ids), cardinality(p_fences)
             USING ERRCODE = 'CD010', HINT = 'Pass one fence per job id, in the same order.';
     END IF;
+    IF array_position(p_job_ids, NULL) IS NOT NULL OR array_position(p_fences, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'job ids and fences must not contain NULL'
+            USING ERRCODE = 'CD010', HINT = 'Pass the fence token that codity.claim returned with each job.';
+    END IF;
     SELECT w.* INTO v_worker FROM codity.workers w WHERE w.id = p_worker_id FOR UPDATE;
     IF v_worker.id IS NULL THEN
         RAISE EXCEPTION 'worker % does not exist', p_worker_id USING ERRCODE = 'CD004';
@@ -88,7 +92,8 @@ COMMENT ON FUNCTION codity.heartbeat(bigint, bigint[], integer[], timestamptz) I
 
 Each listed job comes back as extended, cancelled (stop it: an operator cancelled it) or
 lost (stop it: it was reaped or reclaimed; its result will be refused). Raises CD004
-(unknown worker), CD005 (deregistered worker), CD010 (arrays of different lengths).
+(unknown worker), CD005 (deregistered worker), CD010 (arrays of different lengths, or a NULL in
+either).
 Example: SELECT * FROM codity.heartbeat(1, ARRAY[42, 43]::bigint[], ARRAY[1, 2]);';
 
 REVOKE ALL ON FUNCTION codity.heartbeat(bigint, bigint[], integer[], timestamptz) FROM PUBLIC;

@@ -20,6 +20,10 @@ AS $$
 DECLARE
     v_job codity.jobs;
 BEGIN
+    IF p_fence IS NULL THEN
+        RAISE EXCEPTION 'fence must not be NULL' USING ERRCODE = 'CD010',
+              HINT = 'Pass the fence token that codity.claim returned with the job.';
+    END IF;
     SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
     IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';

@@ -19,6 +19,10 @@ AS $$
 DECLARE
     v_job codity.jobs;
 BEGIN
+    IF p_fence IS NULL THEN
+        RAISE EXCEPTION 'fence must not be NULL' USING ERRCODE = 'CD010',
+              HINT = 'Pass the fence token that codity.claim returned with the job.';
+    END IF;
     SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
     IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
@@ -41,8 +45,8 @@ COMMENT ON FUNCTION codity.start(bigint, integer, timestamptz) IS
 'Mark a claimed job running (its handler has started); fenced by the claim''s token.
 
 Returns accepted = false, changing nothing, when the fence is stale (the job was reaped,
-reclaimed or cancelled); the rejection is recorded. Raises CD003 (unknown job), CD020
-(the job is not in a state that may start).
+reclaimed or cancelled); the rejection is recorded. Raises CD003 (unknown job), CD010
+(NULL fence), CD020 (the job is not in a state that may start).
 Example: SELECT * FROM codity.start(42, 1);';
 
 REVOKE ALL ON FUNCTION codity.start(bigint, integer, timestamptz) FROM PUBLIC;
