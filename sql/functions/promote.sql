@@ -17,6 +17,7 @@ SET search_path = pg_catalog, codity
 AS $$
 DECLARE
     v_queue_id bigint;
+    v_is_paused boolean;
     v_count integer;
     v_total integer := 0;
 BEGIN
@@ -25,8 +26,8 @@ BEGIN
     END IF;
     PERFORM codity._check_transition('scheduled', 'queued');
 
-    FOR v_queue_id IN
-        SELECT q.id FROM codity.queues q
+    FOR v_queue_id, v_is_paused IN
+        SELECT q.id, q.is_paused FROM codity.queues q
         WHERE EXISTS (
             SELECT 1 FROM codity.jobs j
             WHERE j.queue_id = q.id AND j.status = 'scheduled' AND j.run_at <= p_now
@@ -46,9 +47,9 @@ BEGIN
         WHERE j.id = due.id AND j.status = 'scheduled' AND j.run_at <= p_now;
 
         GET DIAGNOSTICS v_count = ROW_COUNT;
-        IF v_count > 0 THEN
+        v_total := v_total + v_count;
+        IF v_count > 0 AND NOT v_is_paused THEN
             PERFORM codity._notify(v_queue_id);
-            v_total := v_total + v_count;
         END IF;
     END LOOP;
     RETURN v_total;
@@ -56,7 +57,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION codity.promote(timestamptz, integer) IS
-'Move scheduled jobs whose run_at has come to queued, with one NOTIFY per queue; returns how many.
+'Move scheduled jobs whose run_at has come to queued, with one NOTIFY per unpaused queue; returns how many.
 
 Example: SELECT codity.promote();';
 

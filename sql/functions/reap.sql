@@ -78,7 +78,7 @@ BEGIN
         SELECT r.id, r.queue_id, r.execution_seq, 'requeued'::text FROM requeued r;
 
         GET DIAGNOSTICS v_requeued = ROW_COUNT;
-        IF v_requeued > 0 THEN
+        IF v_requeued > 0 AND NOT v_queue.is_paused THEN
             PERFORM codity._notify(v_queue.id);
         END IF;
 
