@@ -1,0 +1,135 @@
+"""Break it first: inject a known fault into a database so the tests can prove they notice.
+
+Each fault patches the real source of one or more files in ``sql/functions`` (read from
+disk, so the fault follows the code as it changes) by exact snippet replacement and
+re-applies the patched files to one database. Every snippet must occur exactly as often as
+expected; when a function is rewritten so that a snippet no longer matches, ``inject``
+raises instead of silently injecting nothing, so a fault can never become a no-op.
+
+``CODITY_FAULT=<name> ./test`` injects a fault into the session's template database (see
+tests/conftest.py), and tests/test_faults_detected.py injects each one into a fresh
+database on every run. docs/TESTING.md records which tests fail under each fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from codity.db.migrate import sql_dir
+
+__all__ = ["FAULTS", "inject", "patched_sources"]
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``old`` by ``new`` in one function file; ``old`` must occur ``count`` times."""
+
+    file: str
+    old: str
+    new: str
+    count: int = 1
+
+
+# --- naive_claim ---------------------------------------------------------------------------
+# The classic bug: read the candidate ids in one statement without locking them, then
+# UPDATE them by id in a second statement without re-checking that they are still queued.
+# Two workers that read between the two statements both get the row. The 1 ms pause between
+# the statements widens the window so that the race shows on every run, even on two cores.
+_NAIVE_CLAIM = (
+    Patch(
+        "claim.sql",
+        "    v_worker_status codity.worker_status;\nBEGIN\n",
+        "    v_worker_status codity.worker_status;\n    v_picked bigint[];\nBEGIN\n",
+    ),
+    Patch(
+        "claim.sql",
+        "    RETURN QUERY\n    WITH picked AS MATERIALIZED (\n",
+        "    -- FAULT naive_claim: read without locking ...\n"
+        "    SELECT array_agg(candidate.id) INTO v_picked FROM (\n",
+    ),
+    Patch(
+        "claim.sql",
+        "        FOR UPDATE SKIP LOCKED\n    ),\n    claimed AS (\n",
+        "    ) AS candidate;\n"
+        "    PERFORM pg_catalog.pg_sleep(0.001);\n"
+        "    -- ... then update by id alone, in a second statement.\n"
+        "    RETURN QUERY\n"
+        "    WITH picked AS (SELECT pg_catalog.unnest(v_picked) AS id),\n"
+        "    claimed AS (\n",
+    ),
+)
+
+# --- no_refund -----------------------------------------------------------------------------
+# The reaper and release put the job back in the queue but keep the attempt charged: three
+# rolling deploys against max_attempts = 3 then exhaust a job that never failed.
+_NO_REFUND = (
+    Patch(
+        "reap.sql",
+        "                attempt = j.attempt - 1,\n"
+        "                crash_count = j.crash_count + 1,\n",
+        "                crash_count = j.crash_count + 1,\n",
+    ),
+    Patch(
+        "release.sql",
+        "SET status = 'queued', attempt = j.attempt - 1, lock_expires_at = NULL,",
+        "SET status = 'queued', lock_expires_at = NULL,",
+    ),
+)
+
+# --- no_fence ------------------------------------------------------------------------------
+# start, complete, fail and release stop comparing the caller's fence token with the job's
+# execution_seq; only the state check remains. A zombie worker whose lease was reaped and
+# whose job another worker now runs can then finish that job.
+_FENCE_CHECK = (
+    "IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN"
+)
+_STATE_CHECK_ONLY = "IF v_job.status NOT IN ('claimed', 'running') THEN"
+_NO_FENCE = tuple(
+    Patch(file, _FENCE_CHECK, _STATE_CHECK_ONLY)
+    for file in ("start.sql", "complete.sql", "fail.sql", "release.sql")
+)
+
+_PATCHES: dict[str, tuple[Patch, ...]] = {
+    "naive_claim": _NAIVE_CLAIM,
+    "no_refund": _NO_REFUND,
+    "no_fence": _NO_FENCE,
+}
+
+FAULTS: dict[str, str] = {
+    "naive_claim": "claim SELECTs candidates unlocked, then UPDATEs them by id (two statements)",
+    "no_refund": "reap and release requeue a job without giving its attempt back",
+    "no_fence": "start, complete, fail and release ignore the fence token (state check only)",
+}
+
+
+def patched_sources(fault: str) -> dict[str, str]:
+    """The patched text of every function file a fault touches, by file name.
+
+    Raises ValueError for an unknown fault, AssertionError when a snippet no longer
+    occurs in the source exactly as often as the fault expects.
+    """
+    if fault not in _PATCHES:
+        known = ", ".join(sorted(FAULTS))
+        raise ValueError(f"unknown fault {fault!r}; known faults: {known}")
+    sources: dict[str, str] = {}
+    for patch in _PATCHES[fault]:
+        text = sources.get(patch.file)
+        if text is None:
+            text = (sql_dir() / "functions" / patch.file).read_text()
+        found = text.count(patch.old)
+        assert found == patch.count, (
+            f"fault {fault}: expected {patch.count} occurrence(s) of a snippet in "
+            f"sql/functions/{patch.file}, found {found}; update tests/faults.py to match the code"
+        )
+        sources[patch.file] = text.replace(patch.old, patch.new)
+    return sources
+
+
+def inject(url: str, fault: str) -> None:
+    """Apply a named fault to the database at ``url`` (all patched files, one transaction)."""
+    sources = patched_sources(fault)
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        for text in sources.values():
+            conn.execute(text.encode())
