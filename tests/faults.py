@@ -86,9 +86,13 @@ _FENCE_CHECK = (
     "IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN"
 )
 _STATE_CHECK_ONLY = "IF v_job.status NOT IN ('claimed', 'running') THEN"
+_BATCH_FENCE = "WHERE j.id = b.job_id AND j.execution_seq = b.fence AND"
+_BATCH_NO_FENCE = "WHERE j.id = b.job_id AND"
 _NO_FENCE = tuple(
     Patch(file, _FENCE_CHECK, _STATE_CHECK_ONLY)
     for file in ("start.sql", "complete.sql", "fail.sql", "release.sql")
+) + tuple(
+    Patch(file, _BATCH_FENCE, _BATCH_NO_FENCE) for file in ("start_many.sql", "complete_many.sql")
 )
 
 _PATCHES: dict[str, tuple[Patch, ...]] = {
@@ -100,7 +104,7 @@ _PATCHES: dict[str, tuple[Patch, ...]] = {
 FAULTS: dict[str, str] = {
     "naive_claim": "claim SELECTs candidates unlocked, then UPDATEs them by id (two statements)",
     "no_refund": "reap and release requeue a job without giving its attempt back",
-    "no_fence": "start, complete, fail and release ignore the fence token (state check only)",
+    "no_fence": "start, complete, fail, release and the batch calls ignore the fence token",
 }
 
 

@@ -112,6 +112,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity._fenced_batch_outcome(bigint[],integer[],bigint[],codity.job_status,text,"
     "timestamp with time zone)",
     "codity._job_spec_problem(jsonb)",
+    "codity._lock_fenced_job(bigint,integer)",
     "codity._notify(bigint)",
     "codity._project_id(bigint)",
     "codity._queue(text,bigint)",

@@ -14,7 +14,7 @@ import pytest
 
 from tests.faults import FAULTS, inject, patched_sources
 from tests.test_claim_concurrency import assert_no_job_handed_out_twice, run_claim_storm
-from tests.test_interleavings import requeue_and_reclaim, zombie_after_reap
+from tests.test_interleavings import requeue_and_reclaim, zombie_after_reap, zombie_batch_calls
 
 
 def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
@@ -75,3 +75,12 @@ def test_zombie_check_detects_fenced_calls_without_fence(db_url: str, owner_star
     # ... so B, the job's owner, is the one refused at the end.
     assert not z.b_complete_accepted
     assert z.final_status != "completed"
+
+
+def test_zombie_check_detects_batch_calls_without_fence(db_url: str) -> None:
+    inject(db_url, "no_fence")
+    z = zombie_batch_calls(db_url)
+    # Without the fence the zombie starts and completes the job B now holds ...
+    assert z.zombie_start_accepted or z.zombie_complete_accepted
+    # ... and B, the owner, is refused.
+    assert not (z.owner_start_accepted and z.owner_complete_accepted)

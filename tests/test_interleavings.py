@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 __all__ = [
+    "BatchZombieOutcome",
     "RequeueOutcome",
     "ZombieOutcome",
     "at",
@@ -32,6 +33,7 @@ __all__ = [
     "requeue_and_reclaim",
     "wait_until_blocked",
     "zombie_after_reap",
+    "zombie_batch_calls",
 ]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -324,6 +326,58 @@ def zombie_after_reap(url: str, *, owner_started: bool = True) -> ZombieOutcome:
         )
 
 
+def _batch(
+    conn: Conn, call: Literal["start_many", "complete_many"], job_id: int, fence: int
+) -> bool:
+    row = one(
+        conn,
+        f"SELECT accepted FROM codity.{call}"
+        "(ARRAY[%s]::bigint[], ARRAY[%s]::integer[], p_now => %s)",
+        [job_id, fence, at(40)],
+    )
+    return bool(row[0])
+
+
+@dataclass(frozen=True)
+class BatchZombieOutcome:
+    """Like ZombieOutcome, for the batch calls the Python worker uses."""
+
+    zombie_start_accepted: bool
+    zombie_complete_accepted: bool
+    owner_start_accepted: bool
+    owner_complete_accepted: bool
+    rejections: list[tuple[str, int, int | None, int | None]]
+    executions: list[tuple[int, str, int, bool]]
+
+
+def zombie_batch_calls(url: str) -> BatchZombieOutcome:
+    """A claims and starts (fence 1) and goes silent; the reaper requeues the job; B claims
+    (fence 2); A then sends start_many and complete_many with fence 1; B does the same with
+    fence 2."""
+    with opened(url) as connect:
+        admin, a_conn, b_conn = connect(), connect(), connect()
+        create_queue(admin)
+        job_id, _ = enqueue(admin)
+        worker_a = register(a_conn, "worker-a")
+        worker_b = register(b_conn, "worker-b")
+        _, fence_a = claim_one(a_conn, worker_a, at(0))
+        assert _batch(a_conn, "start_many", job_id, fence_a)
+        reap(admin, at(LEASE_SECONDS + 1))
+        _, fence_b = claim_one(b_conn, worker_b, at(32))
+        zombie_start = _batch(a_conn, "start_many", job_id, fence_a)
+        zombie_complete = _batch(a_conn, "complete_many", job_id, fence_a)
+        owner_start = _batch(b_conn, "start_many", job_id, fence_b)
+        owner_complete = _batch(b_conn, "complete_many", job_id, fence_b)
+        return BatchZombieOutcome(
+            zombie_start_accepted=zombie_start,
+            zombie_complete_accepted=zombie_complete,
+            owner_start_accepted=owner_start,
+            owner_complete_accepted=owner_complete,
+            rejections=rejections(admin, job_id),
+            executions=executions(admin, job_id),
+        )
+
+
 @dataclass(frozen=True)
 class RequeueOutcome:
     """A job claimed, then given back by the reaper or by release, then claimed again."""
@@ -402,6 +456,16 @@ def test_zombie_worker_cannot_touch_a_job_reclaimed_after_its_lease_expired(
 # ---------------------------------------------------------------------------------------
 # The reaper: refund, crash cap
 # ---------------------------------------------------------------------------------------
+
+
+def test_zombie_worker_batch_calls_are_refused_too(db_url: str) -> None:
+    z = zombie_batch_calls(db_url)
+    assert not z.zombie_start_accepted
+    assert not z.zombie_complete_accepted
+    assert z.owner_start_accepted
+    assert z.owner_complete_accepted
+    assert [r[0] for r in z.rejections] == ["start_many", "complete_many"]
+    assert [(r[1], r[2]) for r in z.rejections] == [(1, 2), (1, 2)]
 
 
 def test_reaped_job_refunds_attempt(db_url: str) -> None:

@@ -53,7 +53,7 @@ BEGIN
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM done d;
 
     RETURN QUERY
-    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_done, 'completed', 'complete', p_now);
+    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_done, 'completed', 'complete_many', p_now);
 END;
 $$;
 

@@ -19,14 +19,7 @@ AS $$
 DECLARE
     v_job codity.jobs;
 BEGIN
-    IF p_fence IS NULL THEN
-        RAISE EXCEPTION 'fence must not be NULL' USING ERRCODE = 'CD010',
-              HINT = 'Pass the fence token that codity.claim returned with the job.';
-    END IF;
-    SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
-    IF v_job.id IS NULL THEN
-        RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
-    END IF;
+    v_job := codity._lock_fenced_job(p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
         RETURN QUERY SELECT false, v_job.status, codity._reject_stale(v_job, 'start', p_fence, p_now);
         RETURN;

@@ -40,7 +40,7 @@ BEGIN
     SELECT coalesce(array_agg(s.id), '{}') INTO v_started FROM started s;
 
     RETURN QUERY
-    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_started, 'running', 'start', p_now);
+    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_started, 'running', 'start_many', p_now);
 END;
 $$;
 

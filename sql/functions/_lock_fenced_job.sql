@@ -1,0 +1,33 @@
+-- codity._lock_fenced_job: lock the job a fenced call is about.
+--
+-- start, complete, fail and release all begin here: the fence must be given (a NULL would
+-- compare as unknown and slip past the fence check), the job must exist (CD003), and its
+-- row is locked FOR UPDATE so the call is serialised against cancel, reap and heartbeat.
+-- The caller then compares the fence with the row it got back.
+
+CREATE OR REPLACE FUNCTION codity._lock_fenced_job(p_job_id bigint, p_fence integer)
+RETURNS codity.jobs
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity
+AS $$
+DECLARE
+    v_job codity.jobs;
+BEGIN
+    IF p_fence IS NULL THEN
+        RAISE EXCEPTION 'fence must not be NULL' USING ERRCODE = 'CD010',
+              HINT = 'Pass the fence token that codity.claim returned with the job.';
+    END IF;
+    SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = p_job_id FOR UPDATE;
+    IF v_job.id IS NULL THEN
+        RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
+    END IF;
+    RETURN v_job;
+END;
+$$;
+
+COMMENT ON FUNCTION codity._lock_fenced_job(bigint, integer) IS
+'Private: lock a job row for a fenced call; raises CD010 for a NULL fence, CD003 for a missing job.';
+
+REVOKE ALL ON FUNCTION codity._lock_fenced_job(bigint, integer) FROM PUBLIC;
