@@ -108,13 +108,68 @@ def _env_ms(name: str, default: int) -> int:
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from codity.scheduler import run_scheduler
+    from codity.demo import seed_demo
+    from codity.supervisor import ChildSpec, Supervisor
 
     url = database_url(settings)
     migrate(url)
-    print(f"Codity is up. Database: {url}")
-    print("Scheduler ticking; Ctrl-C stops.")
-    run_scheduler(url, args.tick_ms, _stop_event())
+    if args.demo:
+        counts = seed_demo(url)
+        print(f"demo data seeded: {counts}")
+    queues = args.queue or _default_project_queues(url)
+    children = [ChildSpec("scheduler", ["scheduler", "--tick-ms", str(args.tick_ms)])]
+    if queues:
+        queue_args = [arg for q in queues for arg in ("--queue", q)]
+        children += [
+            ChildSpec(
+                f"worker-{i}",
+                ["worker", "--app", args.app, *queue_args, "--concurrency", str(args.concurrency)],
+            )
+            for i in range(1, args.workers + 1)
+        ]
+    else:
+        print("no queues yet: starting the scheduler only (create queues, or use --demo)")
+    print(f"Codity is up: database {url}")
+    served = ", ".join(queues) or "-"
+    print(f"  scheduler + {args.workers if queues else 0} worker(s) on {served}; Ctrl-C stops")
+    env = dict(os.environ, DATABASE_URL=url)
+    return Supervisor(children, env=env, grace_s=_env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000).run()
+
+
+def _default_project_queues(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT o.queue FROM codity.queue_overview o "
+            "JOIN codity.projects p ON p.id = o.project_id WHERE p.is_default ORDER BY o.queue"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.demo import seed_demo
+
+    url = database_url(settings)
+    migrate(url)
+    print(f"demo data seeded: {seed_demo(url)}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.status import collect_status, render_status
+
+    print(render_status(collect_status(database_url(settings)), as_json=args.json))
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
+    import psycopg
+
+    with psycopg.connect(database_url(settings)) as conn:
+        row = conn.execute("SELECT * FROM codity.resume_all()").fetchone()
+    assert row is not None
+    print(f"resumed {row[0]} queue(s) and {row[1]} schedule(s)")
     return 0
 
 
@@ -148,13 +203,28 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", help="apply migrations and functions").set_defaults(func=_cmd_migrate)
 
-    for name, func, text in [
-        ("up", _cmd_up, "database, migrations and scheduler in one process"),
-        ("scheduler", _cmd_scheduler, "call codity.tick() on a timer"),
-    ]:
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
-        p.set_defaults(func=func)
+    scheduler = sub.add_parser("scheduler", help="call codity.tick() on a timer")
+    scheduler.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
+    scheduler.set_defaults(func=_cmd_scheduler)
+
+    up = sub.add_parser("up", help="database, migrations, scheduler and workers, supervised")
+    up.add_argument("--demo", action="store_true", help="reset and seed the demo data set first")
+    up.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    up.add_argument(
+        "--app", default="codity.worker.demo:registry", help="module:registry of handlers"
+    )
+    up.add_argument("--queue", action="append", help="queues to serve (default: every queue)")
+    up.add_argument("--concurrency", type=int, default=_env_ms("WORKER_CAPACITY", 5))
+    up.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
+    up.set_defaults(func=_cmd_up)
+
+    sub.add_parser("demo", help="reset and seed the demo data set").set_defaults(func=_cmd_demo)
+    status = sub.add_parser("status", help="queues, workers and schedules at a glance")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_cmd_status)
+    sub.add_parser("resume", help="un-pause every queue and schedule").set_defaults(
+        func=_cmd_resume
+    )
 
     worker = sub.add_parser("worker", help="run jobs: claim, run handlers, report back")
     worker.add_argument("--app", required=True, help="module:registry holding the handlers")

@@ -1,0 +1,87 @@
+"""``codity status``: queues, workers and schedules at a glance, from the overview views."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+__all__ = ["collect_status", "render_status"]
+
+_QUEUES = """
+SELECT queue, is_paused, claimable, scheduled, running, dead,
+       extract(epoch FROM oldest_claimable_age)::float8 AS oldest_claimable_s
+FROM codity.queue_overview ORDER BY project_id, queue
+"""
+_WORKERS = """
+SELECT worker_id, name, host, pid, status::text AS status, capacity, jobs_held,
+       extract(epoch FROM heartbeat_age)::float8 AS heartbeat_age_s
+FROM codity.worker_overview
+WHERE status = 'active' OR heartbeat_age < interval '1 hour'
+ORDER BY status, worker_id
+"""
+_SCHEDULES = """
+SELECT name, queue, cron, time_zone, is_paused, next_run_at::text AS next_run_at
+FROM codity.schedule_overview ORDER BY project_id, name
+"""
+
+
+def collect_status(url: str) -> dict[str, list[dict[str, Any]]]:
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return {
+            "queues": conn.execute(_QUEUES).fetchall(),
+            "workers": conn.execute(_WORKERS).fetchall(),
+            "schedules": conn.execute(_SCHEDULES).fetchall(),
+        }
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return str(timedelta(seconds=round(seconds)))
+
+
+def _state(row: dict[str, Any]) -> str:
+    return "paused" if row["is_paused"] else "active"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def render_status(status: dict[str, list[dict[str, Any]]], *, as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps(status, indent=2, default=str)
+    queues = _table(
+        ["queue", "state", "claimable", "scheduled", "running", "dead", "oldest"],
+        [
+            [q["queue"], _state(q), str(q["claimable"]), str(q["scheduled"]), str(q["running"]),
+             str(q["dead"]), _age(q["oldest_claimable_s"])]
+            for q in status["queues"]
+        ],
+    )  # fmt: skip
+    workers = _table(
+        ["worker", "name", "status", "heartbeat", "jobs", "capacity"],
+        [
+            [str(w["worker_id"]), w["name"], w["status"], f"{_age(w['heartbeat_age_s'])} ago",
+             str(w["jobs_held"]), str(w["capacity"])]
+            for w in status["workers"]
+        ],
+    )  # fmt: skip
+    schedules = _table(
+        ["schedule", "queue", "cron", "time zone", "state", "next run"],
+        [
+            [s["name"], s["queue"], s["cron"], s["time_zone"], _state(s), s["next_run_at"]]
+            for s in status["schedules"]
+        ],
+    )  # fmt: skip
+    return f"Queues\n{queues}\n\nWorkers\n{workers}\n\nSchedules\n{schedules}"

@@ -1,0 +1,99 @@
+"""``codity up``: run the scheduler and N workers as child processes, and keep them running.
+
+Each child is a plain ``codity scheduler`` / ``codity worker`` process, so what runs under
+the supervisor is exactly what runs on its own. A child that exits unexpectedly is
+restarted with capped backoff. On SIGINT/SIGTERM every child gets SIGTERM (workers drain:
+in-flight jobs finish or are released, attempt not charged); a child still running after
+the grace period is killed. The supervisor exits 0 after a clean drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ChildSpec", "Supervisor"]
+
+log = logging.getLogger(__name__)
+
+CODITY = str(Path(sys.executable).with_name("codity"))
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    args: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    started_at: float = field(default=0.0)
+
+
+class Supervisor:
+    def __init__(self, children: list[ChildSpec], *, env: dict[str, str], grace_s: float) -> None:
+        self.children = children
+        self.env = env
+        self.grace_s = grace_s
+        self.stop = threading.Event()
+
+    def _start(self, child: ChildSpec) -> None:
+        child.process = subprocess.Popen([CODITY, *child.args], env=self.env)
+        child.started_at = time.monotonic()
+        log.info("started %s (pid %d)", child.name, child.process.pid)
+
+    def run(self) -> int:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: self.stop.set())
+        for child in self.children:
+            self._start(child)
+        while not self.stop.wait(0.5):
+            now = time.monotonic()
+            for child in self.children:
+                proc = child.process
+                if proc is not None and proc.poll() is None:
+                    continue
+                if proc is not None:
+                    # Ran a minute or more: a fresh failure, not a crash loop.
+                    if now - child.started_at > 60:
+                        child.restarts = 0
+                    delay = min(2**child.restarts, 30)
+                    log.warning(
+                        "%s exited with %s; restarting in %ds", child.name, proc.returncode, delay
+                    )
+                    child.process = None
+                    child.restarts += 1
+                    child.next_start = now + delay
+                if now >= child.next_start:
+                    self._start(child)
+        return self._shutdown()
+
+    def _shutdown(self) -> int:
+        running = [c for c in self.children if c.process is not None and c.process.poll() is None]
+        log.info(
+            "stopping %d process(es); workers drain for up to %.0fs", len(running), self.grace_s
+        )
+        for child in running:
+            assert child.process is not None
+            child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s + 5
+        clean = True
+        for child in running:
+            assert child.process is not None
+            try:
+                code = child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("%s did not stop in time; killing it", child.name)
+                child.process.kill()
+                child.process.wait()
+                clean = False
+                continue
+            if code != 0:
+                log.error("%s exited with %d", child.name, code)
+                clean = False
+        return 0 if clean else 1
