@@ -4,6 +4,7 @@ The work is simulated: a short sleep, then success or an error at a configurable
 ``failure_rate`` in the payload, else CODITY_DEMO_FAILURE_RATE, else 0.2 — so the demo
 shows retries with backoff and, eventually, dead letters. A payload with
 ``"permanent": true`` raises a non-retryable error (dead-lettered at once).
+The registry also holds the built-in ``http_request`` task (SSRF-guarded).
 Run them with ``codity worker --app codity.worker.demo:registry``.
 """
 
@@ -15,11 +16,13 @@ import random
 from typing import Any
 
 from codity.worker.context import JobContext
+from codity.worker.http_request import register_http_request
 from codity.worker.registry import NonRetryable, Registry
 
 __all__ = ["registry"]
 
 registry = Registry()
+register_http_request(registry)
 
 
 class SimulatedOutage(Exception):
