@@ -1,7 +1,8 @@
 """Every sql/tests/*.sql file is one test, run whole in a fresh database of its own.
 
 The files are plain SQL that raise on failure (DO blocks with ASSERT), so psql can run them
-too: ``psql "$URL" -v ON_ERROR_STOP=1 -f sql/tests/claim.sql``. Here each file is sent in one
+too: ``psql "$URL" -v ON_ERROR_STOP=1 -f sql/tests/_prelude.sql -f sql/tests/claim.sql``
+(the prelude defines helpers every file uses). Here the prelude and a file are sent in one
 call; PostgreSQL runs a multi-statement query string as one implicit transaction, so a file
 sees its own writes, and time moves only through the functions' ``p_now`` arguments.
 """
@@ -15,7 +16,11 @@ import pytest
 
 from codity.db.migrate import sql_dir
 
-SQL_TESTS = sorted((sql_dir() / "tests").glob("*.sql"), key=lambda p: p.name)
+PRELUDE = sql_dir() / "tests" / "_prelude.sql"
+SQL_TESTS = sorted(
+    (p for p in (sql_dir() / "tests").glob("*.sql") if not p.name.startswith("_")),
+    key=lambda p: p.name,
+)
 
 
 def _failure(path: Path, exc: psycopg.Error) -> str:
@@ -42,7 +47,7 @@ def test_sql_file_passes(db_url: str, path: Path) -> None:
     failure: str | None = None
     with psycopg.connect(db_url, autocommit=True) as conn:
         try:
-            conn.execute(path.read_bytes())
+            conn.execute(PRELUDE.read_bytes() + b"\n" + path.read_bytes())
         except psycopg.Error as exc:
             failure = _failure(path, exc)
     if failure is not None:

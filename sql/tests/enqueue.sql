@@ -5,24 +5,6 @@
 -- uses a queue of its own, so blocks do not see each other's jobs.
 
 -- Digest of every codity table (row count and content), to prove a rejected call wrote nothing.
-CREATE FUNCTION pg_temp.codity_state() RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-    v_state jsonb := '{}';
-    v_table text;
-    v_digest text;
-BEGIN
-    FOR v_table IN
-        SELECT c.relname FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = 'codity'::regnamespace AND c.relkind = 'r' ORDER BY c.relname
-    LOOP
-        EXECUTE format('SELECT count(*) || '':'' || md5(coalesce(string_agg(t::text, '','' ORDER BY t::text), '''')) FROM codity.%I t', v_table)
-            INTO v_digest;
-        v_state := v_state || jsonb_build_object(v_table, v_digest);
-    END LOOP;
-    RETURN v_state;
-END;
-$$;
-
 -- A job due now starts queued, with the queue's max_attempts, and its payload kept as given.
 DO $$
 DECLARE

@@ -5,24 +5,6 @@
 -- in a fresh database (one transaction: time moves only through p_now). reap and
 -- sweep_workers are global, so each block that uses them works on a day of its own.
 
-CREATE FUNCTION pg_temp.codity_state() RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-    v_state jsonb := '{}';
-    v_table text;
-    v_digest text;
-BEGIN
-    FOR v_table IN
-        SELECT c.relname FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = 'codity'::regnamespace AND c.relkind = 'r' ORDER BY c.relname
-    LOOP
-        EXECUTE format('SELECT count(*) || '':'' || md5(coalesce(string_agg(t::text, '','' ORDER BY t::text), '''')) FROM codity.%I t', v_table)
-            INTO v_digest;
-        v_state := v_state || jsonb_build_object(v_table, v_digest);
-    END LOOP;
-    RETURN v_state;
-END;
-$$;
-
 -- An empty heartbeat records liveness only; an out-of-order older one never moves it back.
 DO $$
 DECLARE

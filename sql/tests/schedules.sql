@@ -6,24 +6,6 @@
 -- global, so every block deletes its schedules when it is done; the cron arithmetic itself
 -- is tested in cron_next.sql and tests/test_cron_oracle.py.
 
-CREATE FUNCTION pg_temp.codity_state() RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-    v_state jsonb := '{}';
-    v_table text;
-    v_digest text;
-BEGIN
-    FOR v_table IN
-        SELECT c.relname FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = 'codity'::regnamespace AND c.relkind = 'r' ORDER BY c.relname
-    LOOP
-        EXECUTE format('SELECT count(*) || '':'' || md5(coalesce(string_agg(t::text, '','' ORDER BY t::text), '''')) FROM codity.%I t', v_table)
-            INTO v_digest;
-        v_state := v_state || jsonb_build_object(v_table, v_digest);
-    END LOOP;
-    RETURN v_state;
-END;
-$$;
-
 SELECT codity.create_queue('reports', p_max_attempts => 4);
 
 -- create_schedule stores the schedule and its first run, computed in its time zone.

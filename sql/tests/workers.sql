@@ -6,24 +6,6 @@
 -- reap are global, so each block that uses them works on a day of its own and every worker
 -- of an earlier day is long silent by then.
 
-CREATE FUNCTION pg_temp.codity_state() RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-    v_state jsonb := '{}';
-    v_table text;
-    v_digest text;
-BEGIN
-    FOR v_table IN
-        SELECT c.relname FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = 'codity'::regnamespace AND c.relkind = 'r' ORDER BY c.relname
-    LOOP
-        EXECUTE format('SELECT count(*) || '':'' || md5(coalesce(string_agg(t::text, '','' ORDER BY t::text), '''')) FROM codity.%I t', v_table)
-            INTO v_digest;
-        v_state := v_state || jsonb_build_object(v_table, v_digest);
-    END LOOP;
-    RETURN v_state;
-END;
-$$;
-
 -- register_worker writes one active worker with what it was told.
 DO $$
 DECLARE
