@@ -120,6 +120,8 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.cancel(bigint,bigint,timestamp with time zone)",
     "codity.claim(bigint,text,integer,bigint,timestamp with time zone)",
     "codity.complete(bigint,integer,jsonb,timestamp with time zone)",
+    "codity.cron_next(text,timestamp with time zone,text)",
+    "codity.cron_validate(text,text)",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
