@@ -64,7 +64,7 @@ def test_migrations_qualify_every_table_and_type_with_the_schema(path: Path) -> 
     tree = parse_sql(text)
     enums_created = [raw.stmt for raw in tree if isinstance(raw.stmt, ast.CreateEnumStmt)]
     for stmt in enums_created:
-        assert [n.sval for n in stmt.typeName][0] == "codity", stmt.typeName
+        assert stmt.typeName[0].sval == "codity", stmt.typeName
 
 
 def test_the_qualification_check_finds_an_unqualified_table() -> None:
