@@ -180,3 +180,57 @@ def test_idle_worker_picks_up_new_job(db_url: str, conn: psycopg.Connection, lis
 
     asyncio.run(scenario())
     assert len(done) == 1
+
+
+def test_registry_enqueue_joins_the_callers_transaction(db_url: str) -> None:
+    registry = Registry()
+
+    @registry.task("emails.send", queue="work")
+    async def send(payload: Any, ctx: JobContext) -> None:
+        return None
+
+    with psycopg.connect(db_url) as conn:
+        _setup(conn)
+        conn.commit()
+        with conn.transaction(force_rollback=True):
+            send.enqueue(conn, {"to": "a@example.com"})
+        with conn.transaction():
+            job_id = send.enqueue(conn, {"to": "b@example.com"}, idempotency_key="k")
+            assert send.enqueue(conn, {"to": "b@example.com"}, idempotency_key="k") == job_id
+        rows = conn.execute("SELECT id, task, payload FROM codity.jobs").fetchall()
+    assert rows == [(job_id, "emails.send", {"to": "b@example.com"})]
+
+
+def test_handler_past_the_queue_timeout_fails_and_an_unknown_task_is_retried(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    conn.execute(
+        "SELECT codity.create_queue('work', p_max_attempts => 1, p_job_timeout_seconds => 1)"
+    )
+    registry = Registry()
+
+    @registry.task("sleepy")
+    async def sleepy(payload: Any, ctx: JobContext) -> None:
+        await asyncio.sleep(30)
+
+    conn.execute("SELECT codity.enqueue('work', 'sleepy')")
+    conn.execute("SELECT codity.enqueue('work', 'nobody.handles.this', p_max_attempts => 2)")
+
+    def done() -> bool:
+        return conn.execute(
+            "SELECT count(*) FROM codity.job_executions WHERE status = 'failed'"
+        ).fetchone() == (2,)
+
+    asyncio.run(_run_until(db_url, registry, done))
+    errors = dict(
+        conn.execute(
+            "SELECT j.task, x.error FROM codity.job_executions x "
+            "JOIN codity.jobs j ON j.id = x.job_id"
+        ).fetchall()
+    )
+    assert errors == {
+        "sleepy": "Timeout: handler ran longer than 1s",
+        "nobody.handles.this": "UnknownTask: no handler registered for 'nobody.handles.this'",
+    }
+    statuses = dict(conn.execute("SELECT task, status::text FROM codity.jobs").fetchall())
+    assert statuses == {"sleepy": "dead_letter", "nobody.handles.this": "scheduled"}
