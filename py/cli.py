@@ -191,6 +191,24 @@ def _cmd_sql_reference(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.bench import BenchError, run_command
+
+    try:
+        return run_command(
+            database_url(settings),
+            pg_bin=settings.pg_bin,
+            quick=args.quick,
+            workers=args.workers,
+            concurrency=args.concurrency,
+            jobs=args.jobs,
+            write=not args.no_write,
+        )
+    except BenchError as exc:
+        print(f"codity bench: {exc}", file=sys.stderr)
+        return 1
+
+
 def _parser() -> argparse.ArgumentParser:
     tick_default = int(os.environ.get("SCHEDULER_TICK_MS") or 1000)
     parser = argparse.ArgumentParser(prog="codity", description=__doc__)
@@ -245,6 +263,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "sql-reference", help="regenerate docs/SQL_API.md from the catalogue"
     ).set_defaults(func=_cmd_sql_reference)
+
+    bench = sub.add_parser("bench", help="measure throughput and latency; docs/PERFORMANCE.md")
+    bench.add_argument("--quick", action="store_true", help="small sizes (tests, a first look)")
+    bench.add_argument("--workers", type=int, help="worker processes for the drain (default 2)")
+    bench.add_argument("--concurrency", type=int, help="per worker, = claim size (default 100)")
+    bench.add_argument("--jobs", type=int, help="jobs to drain (default 20000)")
+    bench.add_argument("--no-write", action="store_true", help="leave docs/PERFORMANCE.md alone")
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -23,6 +23,10 @@ __all__ = ["ChildSpec", "Supervisor"]
 log = logging.getLogger(__name__)
 
 CODITY = str(Path(sys.executable).with_name("codity"))
+# How a child may end when told to stop: 0 after a clean drain, or killed by the signal
+# itself when it came before the child had installed its handlers (still starting, so it
+# held no job yet) — Ctrl-C in a terminal reaches every child of the group at once.
+_STOPPED = (0, -signal.SIGTERM, -signal.SIGINT)
 
 
 @dataclass
@@ -93,7 +97,7 @@ class Supervisor:
                 child.process.wait()
                 clean = False
                 continue
-            if code != 0:
+            if code not in _STOPPED:
                 log.error("%s exited with %d", child.name, code)
                 clean = False
         return 0 if clean else 1

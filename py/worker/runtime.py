@@ -11,9 +11,10 @@ calls and handlers::
       heartbeat loop: every 5 s extends the leases of running and unreported jobs;
       'cancelled' or 'lost' sets the job's cancel signal and its result is discarded
 
-Round trips are batched: one claim and one start_many per batch, completions flushed
-together. Heartbeats and batch reports share a lock so that two multi-row updates of
-this worker's jobs never run at once (no lock-order deadlock between them).
+Round trips are batched: one claim and one start_many per batch, in one statement (one
+commit before the handlers run), completions flushed together. Heartbeats and completion
+batches share a lock so that two multi-row updates of this worker's jobs never run at
+once (no lock-order deadlock between them).
 
 On stop (SIGTERM/SIGINT) the claim loop ends, in-flight jobs get SHUTDOWN_GRACE_MS to
 finish, the rest are cancelled and released (attempt not charged), completions are
@@ -49,8 +50,29 @@ __all__ = ["Worker", "WorkerConfig"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# codity.claim, then codity.start_many on what it claimed, in one statement: one round trip
+# and one commit (one WAL flush) between a wakeup and the handlers, and a start that fails
+# takes the claim back with it. start_many runs after the claim (its arguments are read
+# from it) and sees the claim's rows: a VOLATILE function takes a new snapshot per statement.
+# No batch lock: these jobs are not yet known to the heartbeat or the completer.
+CLAIM_AND_START = """
+WITH claimed AS MATERIALIZED (
+    SELECT * FROM codity.claim(%s, %s, %s, %s) WITH ORDINALITY AS c
+),
+started AS MATERIALIZED (
+    SELECT s.job_id, s.accepted
+    FROM codity.start_many(ARRAY(SELECT c.job_id FROM claimed c ORDER BY c.ordinality),
+                           ARRAY(SELECT c.fence FROM claimed c ORDER BY c.ordinality)) AS s
+)
+SELECT c.*, s.accepted FROM claimed c JOIN started s ON s.job_id = c.job_id
+ORDER BY c.ordinality
+"""
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 _MAX_ERROR = 4000
+# After the grace period, how long releases and the deregistration may take together. With
+# the database unreachable they give up then (the reaper requeues what was held, attempt
+# refunded) and the process exits, instead of retrying forever.
+_EXIT_REPORTS_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,7 @@ class Worker:
         self._closing = asyncio.Event()
         self._batch_lock = asyncio.Lock()
         self._completer = Completer(self._call, self._batch_lock, TRANSIENT)
+        self._exit_reports_by: float | None = None  # loop time; set when draining starts
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -122,10 +145,11 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             if self.worker_id is not None:
-                with contextlib.suppress(*TRANSIENT):
-                    released = await self._call(
-                        "SELECT codity.deregister_worker(%s) AS n", [self.worker_id]
-                    )
+                with contextlib.suppress(*TRANSIENT, TimeoutError):
+                    async with asyncio.timeout_at(self._exit_deadline()):
+                        released = await self._call(
+                            "SELECT codity.deregister_worker(%s) AS n", [self.worker_id]
+                        )
                     log.info(
                         "worker %d deregistered (%s job(s) released)",
                         self.worker_id,
@@ -179,28 +203,19 @@ class Worker:
             free = self._free()
             if free <= 0:
                 break
-            rows = await self._call(
-                "SELECT * FROM codity.claim(%s, %s, %s, %s)",
-                [self.worker_id, queue, free, self.config.project_id],
-            )
-            if rows:
-                await self._start(queue, rows)
-            claimed += len(rows)
+            claimed += await self._claim_and_start(queue, free)
         return claimed
 
-    async def _start(self, queue: str, rows: list[dict[str, Any]]) -> None:
-        ids = [row["job_id"] for row in rows]
-        fences = [row["fence"] for row in rows]
-        async with self._batch_lock:
-            outcome = await self._call(
-                "SELECT * FROM codity.start_many(%s::bigint[], %s::integer[])", [ids, fences]
-            )
-        accepted = {o["job_id"] for o in outcome if o["accepted"]}
+    async def _claim_and_start(self, queue: str, limit: int) -> int:
+        rows = await self._call(
+            CLAIM_AND_START, [self.worker_id, queue, limit, self.config.project_id]
+        )
         for row in rows:
-            if row["job_id"] in accepted:
+            if row["accepted"]:
                 self._spawn(queue, row)
             else:
                 log.info("job %s was taken back before it started", row["job_id"])
+        return len(rows)
 
     def _spawn(self, queue: str, row: dict[str, Any]) -> None:
         ctx = JobContext(
@@ -339,21 +354,33 @@ class Worker:
             _done, pending = await asyncio.wait(
                 [e.task for e in entries], timeout=self.config.grace_s
             )
-            for entry in entries:
-                if entry.task not in pending:
-                    continue
+            unfinished = [e for e in entries if e.task in pending]
+            for entry in unfinished:
                 entry.ctx.cancelled.set()
                 entry.task.cancel()
-                await self._report(
-                    "release",
-                    "SELECT * FROM codity.release(%s, %s)",
-                    [entry.ctx.job_id, entry.ctx.fence],
+            try:
+                async with asyncio.timeout_at(self._exit_deadline()):
+                    for entry in unfinished:
+                        await self._report(
+                            "release",
+                            "SELECT * FROM codity.release(%s, %s)",
+                            [entry.ctx.job_id, entry.ctx.fence],
+                        )
+            except TimeoutError:
+                log.warning(
+                    "database unreachable: job(s) not released; the reaper will requeue them"
                 )
             await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
         if not await self._completer.wait_idle(timeout=max(self.config.grace_s, 5.0)):
             log.warning(
                 "some completions could not be reported; their jobs will be reaped and rerun"
             )
+
+    def _exit_deadline(self) -> float:
+        """The loop time by which the reports made on the way out must be done."""
+        if self._exit_reports_by is None:
+            self._exit_reports_by = asyncio.get_running_loop().time() + _EXIT_REPORTS_S
+        return self._exit_reports_by
 
     # -- database ----------------------------------------------------------------
 

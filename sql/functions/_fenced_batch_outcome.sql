@@ -24,6 +24,16 @@ DECLARE
     v_pair record;
     v_job codity.jobs;
 BEGIN
+    -- The usual case, every job moved: all accepted, in input order, in one query instead of
+    -- one per job. p_done holds distinct ids taken from p_job_ids (an UPDATE returns a row
+    -- once), so equal sizes mean that every job of the batch is in it.
+    IF cardinality(p_done) = cardinality(p_job_ids) THEN
+        RETURN QUERY
+        SELECT b.job_id, true, p_to, p_to::text
+        FROM unnest(p_job_ids) WITH ORDINALITY AS b(job_id, ord)
+        ORDER BY b.ord;
+        RETURN;
+    END IF;
     FOR v_pair IN
         SELECT b.job_id, b.fence FROM unnest(p_job_ids, p_fences) WITH ORDINALITY AS b(job_id, fence, ord)
         ORDER BY b.ord

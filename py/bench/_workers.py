@@ -1,0 +1,139 @@
+"""Real ``codity worker`` processes for the benchmark: start, wait until ready, stop.
+
+The workers are the command users run, started as subprocesses through the ``codity``
+console script next to the running interpreter (``python -m codity.cli`` otherwise). Their
+output goes to a log file each; it is shown when one of them fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psycopg
+
+__all__ = ["BenchError", "WorkerProcesses", "codity_command"]
+
+Conn = psycopg.Connection[Any]
+_READY = """
+SELECT (SELECT count(*) FROM codity.workers w
+        WHERE w.status = 'active' AND w.name = ANY (%(names)s)),
+       (SELECT count(*) FROM pg_catalog.pg_stat_activity a
+        WHERE a.datname = pg_catalog.current_database()
+          AND a.application_name = 'codity-listener' AND a.state = 'idle')
+"""
+
+
+class BenchError(RuntimeError):
+    """A measurement could not be taken (a worker died, a count did not add up)."""
+
+
+def codity_command() -> list[str]:
+    """How to run ``codity``: the console script beside this interpreter, else ``-m``."""
+    script = Path(sys.executable).with_name("codity")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "codity.cli"]
+
+
+class WorkerProcesses:
+    """``count`` worker processes on one queue, stopped with SIGTERM on exit."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        app: str,
+        queue: str,
+        concurrency: int,
+        count: int,
+        listen: bool,
+        log_dir: Path,
+        label: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url
+        self.env = os.environ | (env or {}) | {"DATABASE_URL": url}
+        self.names = [f"bench-{label}-{n}" for n in range(count)]
+        self.listen = listen
+        self._command = [
+            *codity_command(), "worker", "--app", app, "--queue", queue,
+            "--concurrency", str(concurrency), *([] if listen else ["--no-listen"]),
+        ]  # fmt: skip
+        self._logs = [log_dir / f"{name}.log" for name in self.names]
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self.exit_codes: tuple[int, ...] = ()
+
+    def __enter__(self) -> WorkerProcesses:
+        for name, log in zip(self.names, self._logs, strict=True):
+            with log.open("wb") as out:
+                self._procs.append(
+                    subprocess.Popen(
+                        [*self._command, "--name", name],
+                        env=self.env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def wait_ready(self, conn: Conn, timeout: float = 60.0) -> None:
+        """Until every worker is registered and, when listening, its listener connected."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            row = conn.execute(_READY, {"names": self.names}).fetchone()
+            assert row is not None
+            registered, listening = int(row[0]), int(row[1])
+            if registered == len(self.names) and (not self.listen or listening >= registered):
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"workers not ready after {timeout:.0f}s "
+                    f"({registered} registered, {listening} listening)\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 60.0) -> tuple[int, ...]:
+        """SIGTERM every worker and wait; a worker that does not exit is killed (code -9)."""
+        if self.exit_codes or not self._procs:
+            return self.exit_codes
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = []
+        for proc in self._procs:
+            try:
+                codes.append(proc.wait(timeout))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes.append(proc.wait())
+        self.exit_codes = tuple(codes)
+        return self.exit_codes
+
+    def check_alive(self) -> None:
+        dead = [p.returncode for p in self._procs if p.poll() is not None]
+        if dead:
+            raise BenchError(f"a worker exited early (code {dead[0]})\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 15) -> str:
+        tails = []
+        for name, log in zip(self.names, self._logs, strict=True):
+            text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+            tails.append(f"--- {name} ---\n" + "\n".join(text))
+        return "\n".join(tails)
