@@ -29,6 +29,18 @@ CODITY = str(Path(sys.executable).with_name("codity"))
 _STOPPED = (0, -signal.SIGTERM, -signal.SIGINT)
 
 
+def _ignore_sigint_until_ready() -> None:
+    """Run in the child before exec: start with SIGINT ignored.
+
+    Ctrl-C in a terminal reaches every process of the group at once. A child interrupted
+    while Python itself is starting dies with exit 1 ("Fatal Python error: init_import_site"),
+    which reads as a failure. Ignored, the signal waits for nothing: the child installs its
+    own SIGINT/SIGTERM handlers as it starts (they replace the ignore), and until then the
+    supervisor's SIGTERM stops it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @dataclass
 class ChildSpec:
     name: str
@@ -47,7 +59,9 @@ class Supervisor:
         self.stop = threading.Event()
 
     def _start(self, child: ChildSpec) -> None:
-        child.process = subprocess.Popen([CODITY, *child.args], env=self.env)
+        child.process = subprocess.Popen(
+            [CODITY, *child.args], env=self.env, preexec_fn=_ignore_sigint_until_ready
+        )
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.name, child.process.pid)
 
