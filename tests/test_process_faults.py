@@ -321,7 +321,8 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
             what="the other worker takes the job over",
             alive=[other],
         )
-        if owner == "completed":
+
+        def let_the_owner_complete() -> None:
             probe.execute("INSERT INTO public.fault_gates VALUES ('open-2')")
             wait_until(
                 lambda: probe.value(
@@ -331,6 +332,9 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
                 what="the other worker completes the job",
                 alive=[other],
             )
+
+        if owner == "completed":
+            let_the_owner_complete()
         probe.execute("INSERT INTO public.fault_gates VALUES ('open-1')")
         frozen.send(signal.SIGCONT)
         rejections = wait_until(
@@ -344,15 +348,7 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
             alive=[frozen],
         )
         if owner == "running":
-            probe.execute("INSERT INTO public.fault_gates VALUES ('open-2')")
-            wait_until(
-                lambda: probe.value(
-                    "SELECT status = 'completed' FROM codity.jobs WHERE id = %s", [job]
-                ),
-                timeout=30,
-                what="the other worker completes the job",
-                alive=[other],
-            )
+            let_the_owner_complete()
         for process in (frozen, other):
             process.send(signal.SIGTERM)
             assert process.wait(timeout=15) == 0
