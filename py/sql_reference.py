@@ -22,6 +22,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from codity.db.errors import SQLSTATES
+from codity.db.migrate import migrate
 from codity.explain import scratch_database
 
 __all__ = ["ERROR_MEANINGS", "reference_path", "render_reference", "write_reference"]
@@ -401,6 +402,7 @@ def write_reference(url: str) -> Path:
             text = render_reference(scratch)
     except psycopg.errors.InsufficientPrivilege:
         log.warning("may not create a scratch database: rendering the target database")
+        migrate(url)
         text = render_reference(url)
     path = reference_path()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ChildSpec", "Supervisor"]
+__all__ = ["ChildSpec", "Supervisor", "codity_command"]
 
 log = logging.getLogger(__name__)
 
-CODITY = str(Path(sys.executable).with_name("codity"))
+
+def codity_command() -> list[str]:
+    """How to run ``codity``: the console script beside this interpreter, else ``-m``."""
+    script = Path(sys.executable).with_name("codity")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "codity.cli"]
+
+
 # How a child may end when told to stop: 0 after a clean drain, or killed by the signal
 # itself when it came before the child had installed its handlers (still starting, so it
 # held no job yet) — Ctrl-C in a terminal reaches every child of the group at once.
@@ -60,7 +68,7 @@ class Supervisor:
 
     def _start(self, child: ChildSpec) -> None:
         child.process = subprocess.Popen(
-            [CODITY, *child.args], env=self.env, preexec_fn=_ignore_sigint_until_ready
+            [*codity_command(), *child.args], env=self.env, preexec_fn=_ignore_sigint_until_ready
         )
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.name, child.process.pid)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -25,6 +24,7 @@ from psycopg import sql
 
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer
+from tests.ports import free_port
 
 TEMPLATE = f"codity_template_{os.getpid()}"
 
@@ -35,12 +35,6 @@ def _with_database(url: str, name: str) -> str:
     if parts.scheme not in {"postgres", "postgresql", "postgresql+psycopg2"}:
         raise ValueError("CODITY_TEST_DATABASE_URL must be a postgresql:// URL")
     return urlunsplit(("postgresql", parts.netloc, f"/{name}", parts.query, ""))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _docker_answers() -> bool:
@@ -69,7 +63,7 @@ def pg_server_url() -> Iterator[str]:
     bin_dir = os.environ.get("CODITY_PG_BIN")
     server = EmbeddedServer(
         home,
-        _free_port(),
+        free_port(),
         bin_dir=Path(bin_dir) if bin_dir else None,
         settings=[
             "fsync=off",

@@ -19,7 +19,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +28,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
+
+from codity.supervisor import codity_command
 
 __all__ = [
     "APP",
@@ -45,7 +46,7 @@ __all__ = [
 T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CODITY = Path(sys.executable).with_name("codity")
+CODITY = codity_command()
 APP = "tests.fault_tasks:registry"
 # Short intervals: a heartbeat every 0.2 s, a fallback poll every 0.5 s, 3 s of grace.
 FAST = {
@@ -167,7 +168,7 @@ class Processes:
         log_path = self.log_dir / f"{name}-{len(self.started)}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                [str(CODITY), *args],
+                [*CODITY, *args],
                 env=self.env(**(settings or {})),
                 stdin=subprocess.DEVNULL,
                 stdout=log,

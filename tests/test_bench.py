@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
@@ -29,8 +28,9 @@ from codity.bench._model import (
     percentile,
 )
 from codity.bench._report import BEGIN, END, performance_path, write_performance
+from codity.supervisor import codity_command
 
-CODITY = str(Path(sys.executable).with_name("codity"))
+CODITY = codity_command()
 QUICK_JOBS = BenchOptions.quick_defaults().jobs
 
 
@@ -66,7 +66,7 @@ def test_quick_bench_reports_every_figure(pg_server_url: str) -> None:
         "WORKER_HEARTBEAT_MS": "200",
     }
     run = subprocess.run(
-        [CODITY, "bench", "--quick", "--no-write"],
+        [*CODITY, "bench", "--quick", "--no-write"],
         env=env,
         capture_output=True,
         text=True,

@@ -5,26 +5,22 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 
-CODITY = str(Path(sys.executable).with_name("codity"))
+from codity.supervisor import codity_command
+from tests.ports import free_port
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+CODITY = codity_command()
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CODITY, *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*CODITY, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_embedded_server_starts_migrates_and_stops(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env |= {"CODITY_HOME": str(tmp_path / "home"), "CODITY_DB_PORT": str(port)}
     try:

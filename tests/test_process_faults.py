@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from psycopg.types.json import Jsonb
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer, EmbeddedServerError
 from tests.fault_tasks import create_tables
+from tests.ports import free_port
 from tests.processes import APP, CodityProcess, Probe, Processes, Ticker, wait_until
 
 pytestmark = pytest.mark.faults
@@ -501,12 +501,6 @@ def test_job_that_kills_its_worker_every_time_is_dead_lettered_at_the_crash_cap(
 # -- 5. PostgreSQL restarted, connections killed ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """A server of this module's own, to restart without disturbing the session's.
@@ -517,7 +511,7 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSer
     bin_dir = os.environ.get("CODITY_PG_BIN")
     server = EmbeddedServer(
         tmp_path_factory.mktemp("own-pg"),
-        _free_port(),
+        free_port(),
         bin_dir=Path(bin_dir) if bin_dir else None,
         settings=["fsync=off", "full_page_writes=off", "max_connections=100"],
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -18,7 +17,9 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["BenchError", "WorkerProcesses", "codity_command"]
+from codity.supervisor import codity_command
+
+__all__ = ["BenchError", "WorkerProcesses"]
 
 Conn = psycopg.Connection[Any]
 _READY = """
@@ -32,14 +33,6 @@ SELECT (SELECT count(*) FROM codity.workers w
 
 class BenchError(RuntimeError):
     """A measurement could not be taken (a worker died, a count did not add up)."""
-
-
-def codity_command() -> list[str]:
-    """How to run ``codity``: the console script beside this interpreter, else ``-m``."""
-    script = Path(sys.executable).with_name("codity")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "codity.cli"]
 
 
 class WorkerProcesses:

@@ -32,15 +32,8 @@ DECLARE
     v_job codity.jobs;
     v_pair record;
 BEGIN
-    IF coalesce(cardinality(p_job_ids), 0) <> coalesce(cardinality(p_fences), 0) THEN
-        RAISE EXCEPTION 'job ids and fences differ in length (% and %)',
-                        cardinality(p_job_ids), cardinality(p_fences)
-            USING ERRCODE = 'CD010', HINT = 'Pass one fence per job id, in the same order.';
-    END IF;
-    IF array_position(p_job_ids, NULL) IS NOT NULL OR array_position(p_fences, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'job ids and fences must not contain NULL'
-            USING ERRCODE = 'CD010', HINT = 'Pass the fence token that codity.claim returned with each job.';
-    END IF;
+    -- NULL arrays mean "no jobs" here (a worker with nothing running), unlike the batch calls.
+    PERFORM codity._check_fence_arrays(coalesce(p_job_ids, '{}'), coalesce(p_fences, '{}'));
     SELECT w.* INTO v_worker FROM codity.workers w WHERE w.id = p_worker_id FOR UPDATE;
     IF v_worker.id IS NULL THEN
         RAISE EXCEPTION 'worker % does not exist', p_worker_id USING ERRCODE = 'CD004';
