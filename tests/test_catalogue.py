@@ -117,6 +117,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity._project_id(bigint)",
     "codity._queue(text,bigint)",
     "codity._reject_stale(codity.jobs,text,integer,timestamp with time zone)",
+    "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
     "codity.claim(bigint,text,integer,bigint,timestamp with time zone)",
     "codity.complete(bigint,integer,jsonb,timestamp with time zone)",
@@ -126,6 +127,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
     "timestamp with time zone)",
+    "codity.delete_queue(text,bigint,boolean)",
     "codity.deregister_worker(bigint,timestamp with time zone)",
     "codity.enqueue(text,text,jsonb,timestamp with time zone,integer,text,integer,bigint,"
     "timestamp with time zone)",
@@ -136,6 +138,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.pause_queue(text,bigint,timestamp with time zone)",
     "codity.pause_schedule(text,bigint,timestamp with time zone)",
     "codity.promote(timestamp with time zone,integer)",
+    "codity.rate_limit_hit(text,integer,interval,integer,timestamp with time zone)",
     "codity.reap(timestamp with time zone,integer)",
     "codity.register_worker(text,text[],integer,text,integer,bigint,timestamp with time zone)",
     "codity.release(bigint,integer,timestamp with time zone)",
@@ -452,11 +455,18 @@ def test_app_role_runs_the_operator_functions(conn: Conn) -> None:
     public = {name for name, _, _, _, _ in _functions(conn) if not name.startswith("_")}
     assert _executable_by(conn, "codity_app") == public
 
+    (default_project,) = conn.execute(
+        "SELECT id FROM codity.projects WHERE is_default"
+    ).fetchone() or (None,)
     conn.execute("SET ROLE codity_app")
     with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.jobs")
+        conn.execute("UPDATE codity.jobs SET priority = 1")
     conn.execute("SELECT * FROM codity.create_queue('emails')")
     (job,) = conn.execute("SELECT job_id FROM codity.enqueue('emails', 't')").fetchone() or (None,)
+    # Row-level security: with no project set, the app role sees no job at all.
+    assert conn.execute("SELECT count(*) FROM codity.jobs").fetchone() == (0,)
+    conn.execute("SELECT set_config('codity.project_id', %s, false)", [str(default_project)])
+    assert conn.execute("SELECT count(*) FROM codity.jobs").fetchone() == (1,)
     assert conn.execute("SELECT codity.pause_queue('emails')").fetchone() == (True,)
     assert conn.execute("SELECT codity.resume_queue('emails')").fetchone() == (True,)
     conn.execute("SELECT * FROM codity.create_schedule('nightly', 'emails', '0 2 * * *', 't')")

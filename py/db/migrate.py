@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-__all__ = ["function_files", "migrate", "sql_dir"]
+__all__ = ["function_files", "migrate", "migration_ids", "sql_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,11 @@ def sql_dir() -> Path:
 
 def function_files() -> list[Path]:
     return sorted((sql_dir() / "functions").glob("*.sql"), key=lambda p: p.name)
+
+
+def migration_ids() -> list[str]:
+    """The migrations this code expects applied, by yoyo id (the file name without .sql)."""
+    return sorted(p.stem for p in (sql_dir() / "migrations").glob("*.sql"))
 
 
 def _yoyo_url(url: str) -> str:

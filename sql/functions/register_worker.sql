@@ -1,6 +1,7 @@
 -- codity.register_worker: a worker announces itself and gets the id it claims with.
 --
 -- The queues it names must exist (CD001), so a typo fails at start-up, not silently.
+-- The worker belongs to the project (its queues' project; the API lists workers per project).
 -- Inserts one row; locks nothing else. Caller: the Python worker at start-up, any client.
 
 CREATE OR REPLACE FUNCTION codity.register_worker(
@@ -19,6 +20,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, codity
 AS $$
 DECLARE
+    v_project_id bigint := codity._project_id(p_project_id);
     v_queue text;
     v_id bigint;
 BEGIN
@@ -29,11 +31,11 @@ BEGIN
         RAISE EXCEPTION 'capacity must be from 1 to 10000, got %', p_capacity USING ERRCODE = 'CD010';
     END IF;
     FOREACH v_queue IN ARRAY coalesce(p_queues, '{}') LOOP
-        PERFORM codity._queue(v_queue, p_project_id);
+        PERFORM codity._queue(v_queue, v_project_id);
     END LOOP;
 
-    INSERT INTO codity.workers (name, host, pid, queues, capacity, status, started_at, last_heartbeat_at)
-    VALUES (p_name, coalesce(p_host, ''), p_pid, coalesce(p_queues, '{}'), p_capacity, 'active', p_now, p_now)
+    INSERT INTO codity.workers (project_id, name, host, pid, queues, capacity, status, started_at, last_heartbeat_at)
+    VALUES (v_project_id, p_name, coalesce(p_host, ''), p_pid, coalesce(p_queues, '{}'), p_capacity, 'active', p_now, p_now)
     RETURNING id INTO v_id;
     RETURN v_id;
 END;

@@ -1,0 +1,100 @@
+"""One route of the API, as data.
+
+Every route the app serves is an :class:`Endpoint` in ``codity.web.routes.ALL_ROUTES``.
+``codity.web.mount`` turns that list into Starlette routes (attaching authentication, the
+tenant guard and the role check by ``scope``), ``codity.web.openapi`` turns the same list
+into the OpenAPI document, and the isolation tests walk it. Nothing else creates a route.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from codity.web.call import Call
+
+__all__ = ["Endpoint", "Handler", "Limit", "Reply", "Role", "Scope"]
+
+
+class Scope(enum.Enum):
+    PUBLIC = "public"
+    """No credential."""
+    AUTHENTICATED = "authenticated"
+    """A signed-in user (access token); no tenant context beyond the user's own rows."""
+    PROJECT = "project"
+    """A credential for one project; the guard sets the tenant and checks the role."""
+
+
+class Role(enum.IntEnum):
+    VIEWER = 1
+    MEMBER = 2
+    ADMIN = 3
+    OWNER = 4
+
+    @classmethod
+    def parse(cls, name: str) -> Role:
+        return cls[name.upper()]
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Limit(enum.Enum):
+    AUTH = "auth"
+    """Counted per client IP and per account: 5 per 15 minutes."""
+    ENQUEUE = "enqueue"
+    """Counted per project, one per job: 1,000 per minute."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a handler returns when it needs more than the default status and plain data."""
+
+    data: Any
+    status: int = 200
+    meta: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[["Call"], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    method: str
+    path: str
+    """Full path with Starlette converters, e.g. ``/api/v1/jobs/{job_id:int}``."""
+    scope: Scope
+    handler: Handler
+    summary: str
+    tag: str
+    min_role: Role | None = None
+    """Project scope only: the lowest membership role that may call it."""
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+    """Schema of ``data`` in the success envelope (a list of it when ``many``)."""
+    many: bool = False
+    status: int = 200
+    api_keys: bool = True
+    """Project scope only: whether an API key may call it (keys never manage keys or members)."""
+    limit: Limit | None = None
+    errors: tuple[int, ...] = ()
+    """Error statuses the route itself can answer, for the OpenAPI document."""
+    example: dict[str, Any] | None = None
+    """A valid request body, for the documentation and the isolation tests."""
+    in_schema: bool = True
+    raw: bool = False
+    """The handler returns a Starlette Response itself (docs pages, openapi.json)."""
+    uses_db: bool = True
+    """False: no transaction is opened (liveness, docs), so the route answers without a database."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.method} {self.path}"

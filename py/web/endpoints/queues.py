@@ -1,0 +1,299 @@
+"""Queues: create, read, update, delete, pause, resume, stats. Admins manage; viewers read.
+
+Writes go through codity.create_queue / delete_queue / pause_queue / resume_queue with the
+guarded project; reads select from the tables, under row-level security.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from codity.web.call import Call
+from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.errors import ApiError, not_found
+
+__all__ = ["ROUTES"]
+
+QueueName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QueuePolicy(Strict):
+    max_attempts: int = Field(3, ge=1, le=1000)
+    backoff: Literal["fixed", "linear", "exponential"] = "exponential"
+    base_delay_ms: int = Field(1000, ge=0, le=2**31 - 1)
+    max_delay_ms: int = Field(3_600_000, ge=0, le=2**31 - 1)
+    lease_seconds: int = Field(30, ge=1, le=86400)
+    max_crashes: int = Field(5, ge=1, le=1000)
+    job_timeout_seconds: int | None = Field(None, ge=1, le=2**31 - 1)
+
+
+class QueueCreate(QueuePolicy):
+    name: QueueName
+
+
+class QueueUpdate(Strict):
+    max_attempts: int | None = Field(None, ge=1, le=1000)
+    backoff: Literal["fixed", "linear", "exponential"] | None = None
+    base_delay_ms: int | None = Field(None, ge=0, le=2**31 - 1)
+    max_delay_ms: int | None = Field(None, ge=0, le=2**31 - 1)
+    lease_seconds: int | None = Field(None, ge=1, le=86400)
+    max_crashes: int | None = Field(None, ge=1, le=1000)
+    job_timeout_seconds: int | None = Field(None, ge=1, le=2**31 - 1)
+
+
+class DeleteQuery(Strict):
+    force: bool = False
+
+
+class Queue(BaseModel):
+    id: int
+    name: str
+    max_attempts: int
+    backoff: str
+    base_delay_ms: int
+    max_delay_ms: int
+    lease_seconds: int
+    max_crashes: int
+    job_timeout_seconds: int | None
+    is_paused: bool
+    paused_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class QueueStats(BaseModel):
+    name: str
+    is_paused: bool
+    claimable: int
+    scheduled: int
+    running: int
+    completed: int
+    failed: int
+    dead_letter: int
+    cancelled: int
+    oldest_claimable_age_seconds: float | None
+
+
+class PauseResult(BaseModel):
+    name: str
+    is_paused: bool
+    changed: bool
+
+
+_SELECT = """
+SELECT id, name, max_attempts, backoff::text AS backoff, base_delay_ms, max_delay_ms,
+       lease_seconds, max_crashes, job_timeout_seconds, is_paused, paused_at, created_at,
+       updated_at
+FROM codity.queues
+"""
+
+
+async def _one(call: Call, name: str) -> dict[str, Any]:
+    cur = await call.conn.execute(
+        _SELECT + " WHERE project_id = %s AND name = %s", [call.project_id, name]
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise not_found("queue")
+    return dict(row)
+
+
+async def list_queues(call: Call) -> list[dict[str, Any]]:
+    cur = await call.conn.execute(
+        _SELECT + " WHERE project_id = %s ORDER BY name", [call.project_id]
+    )
+    return [dict(r) for r in await cur.fetchall()]
+
+
+async def get_queue(call: Call) -> dict[str, Any]:
+    return await _one(call, call.path["name"])
+
+
+_CREATE = """
+SELECT queue_id, created FROM codity.create_queue(
+    %(name)s, %(project_id)s, %(max_attempts)s, %(backoff)s, %(base_delay_ms)s,
+    %(max_delay_ms)s, %(lease_seconds)s, %(max_crashes)s, %(job_timeout_seconds)s)
+"""
+
+
+async def create_queue(call: Call) -> dict[str, Any]:
+    assert isinstance(call.body, QueueCreate)
+    cur = await call.conn.execute(
+        "SELECT 1 FROM codity.queues WHERE project_id = %s AND name = %s",
+        [call.project_id, call.body.name],
+    )
+    if await cur.fetchone() is not None:
+        raise ApiError(409, "conflict", f"queue {call.body.name!r} already exists")
+    await call.conn.execute(_CREATE, {**call.body.model_dump(), "project_id": call.project_id})
+    return await _one(call, call.body.name)
+
+
+async def update_queue(call: Call) -> dict[str, Any]:
+    assert isinstance(call.body, QueueUpdate)
+    current = await _one(call, call.path["name"])
+    changes = call.body.model_dump(exclude_unset=True)
+    merged = {**{k: current[k] for k in QueuePolicy.model_fields}, **changes}
+    await call.conn.execute(
+        _CREATE, {**merged, "name": current["name"], "project_id": call.project_id}
+    )
+    return await _one(call, current["name"])
+
+
+async def delete_queue(call: Call) -> None:
+    assert isinstance(call.query, DeleteQuery)
+    await call.conn.execute(
+        "SELECT codity.delete_queue(%s, %s, %s)",
+        [call.path["name"], call.project_id, call.query.force],
+    )
+
+
+async def _pause(call: Call, function: str, paused: bool) -> dict[str, Any]:
+    name = call.path["name"]
+    cur = await call.conn.execute(
+        f"SELECT codity.{function}(%s, %s) AS changed", [name, call.project_id]
+    )
+    row = await cur.fetchone()
+    return {"name": name, "is_paused": paused, "changed": bool(row and row["changed"])}
+
+
+async def pause_queue(call: Call) -> dict[str, Any]:
+    return await _pause(call, "pause_queue", True)
+
+
+async def resume_queue(call: Call) -> dict[str, Any]:
+    return await _pause(call, "resume_queue", False)
+
+
+_STATS = """
+SELECT q.name, q.is_paused,
+       count(j.id) FILTER (WHERE j.status = 'queued' AND j.run_at <= now()) AS claimable,
+       count(j.id) FILTER (WHERE j.status = 'scheduled'
+                           OR (j.status = 'queued' AND j.run_at > now())) AS scheduled,
+       count(j.id) FILTER (WHERE j.status IN ('claimed', 'running')) AS running,
+       count(j.id) FILTER (WHERE j.status = 'completed') AS completed,
+       count(j.id) FILTER (WHERE j.status = 'failed') AS failed,
+       count(j.id) FILTER (WHERE j.status = 'dead_letter') AS dead_letter,
+       count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+       extract(epoch FROM now() - min(j.run_at)
+               FILTER (WHERE j.status = 'queued' AND j.run_at <= now()))::float8
+           AS oldest_claimable_age_seconds
+FROM codity.queues q
+LEFT JOIN codity.jobs j ON j.queue_id = q.id
+WHERE q.project_id = %s AND q.name = %s
+GROUP BY q.id
+"""
+
+
+async def queue_stats(call: Call) -> dict[str, Any]:
+    cur = await call.conn.execute(_STATS, [call.project_id, call.path["name"]])
+    row = await cur.fetchone()
+    if row is None:
+        raise not_found("queue")
+    return dict(row)
+
+
+_ONE = "/api/v1/queues/{name}"
+
+ROUTES = [
+    Endpoint(
+        "GET",
+        "/api/v1/queues",
+        Scope.PROJECT,
+        list_queues,
+        "List queues",
+        "queues",
+        min_role=Role.VIEWER,
+        response=Queue,
+        many=True,
+    ),
+    Endpoint(
+        "POST",
+        "/api/v1/queues",
+        Scope.PROJECT,
+        create_queue,
+        "Create a queue",
+        "queues",
+        min_role=Role.ADMIN,
+        body=QueueCreate,
+        response=Queue,
+        status=201,
+        errors=(409,),
+        example={"name": "emails", "max_attempts": 5, "backoff": "exponential"},
+    ),
+    Endpoint(
+        "GET",
+        _ONE,
+        Scope.PROJECT,
+        get_queue,
+        "Get a queue",
+        "queues",
+        min_role=Role.VIEWER,
+        response=Queue,
+        errors=(404,),
+    ),
+    Endpoint(
+        "PATCH",
+        _ONE,
+        Scope.PROJECT,
+        update_queue,
+        "Change a queue's retry policy",
+        "queues",
+        min_role=Role.ADMIN,
+        body=QueueUpdate,
+        response=Queue,
+        errors=(404,),
+        example={"max_attempts": 8},
+    ),
+    Endpoint(
+        "DELETE",
+        _ONE,
+        Scope.PROJECT,
+        delete_queue,
+        "Delete a queue and its jobs",
+        "queues",
+        min_role=Role.ADMIN,
+        query=DeleteQuery,
+        status=204,
+        errors=(404, 409),
+    ),
+    Endpoint(
+        "POST",
+        _ONE + "/pause",
+        Scope.PROJECT,
+        pause_queue,
+        "Pause a queue",
+        "queues",
+        min_role=Role.ADMIN,
+        response=PauseResult,
+        errors=(404,),
+    ),
+    Endpoint(
+        "POST",
+        _ONE + "/resume",
+        Scope.PROJECT,
+        resume_queue,
+        "Resume a queue",
+        "queues",
+        min_role=Role.ADMIN,
+        response=PauseResult,
+        errors=(404,),
+    ),
+    Endpoint(
+        "GET",
+        _ONE + "/stats",
+        Scope.PROJECT,
+        queue_stats,
+        "A queue's job counts",
+        "queues",
+        min_role=Role.VIEWER,
+        response=QueueStats,
+        errors=(404,),
+    ),
+]
