@@ -16,6 +16,12 @@ UPDATE codity.workers SET project_id = (SELECT p.id FROM codity.projects p WHERE
 ALTER TABLE codity.workers ALTER COLUMN project_id SET NOT NULL;
 CREATE INDEX workers_project_idx ON codity.workers (project_id, started_at DESC);
 
+-- A refresh token continues one session, and a session acts in one org and project: the
+-- token remembers them, so refreshing never takes the tenant from the client.
+ALTER TABLE codity.refresh_tokens
+    ADD COLUMN org_id bigint REFERENCES codity.orgs (id) ON DELETE CASCADE,
+    ADD COLUMN project_id bigint REFERENCES codity.projects (id) ON DELETE CASCADE;
+
 -- Keyset pagination of a project's jobs, newest first, optionally by state.
 CREATE INDEX jobs_queue_id_desc_idx ON codity.jobs (queue_id, id DESC);
 
