@@ -128,6 +128,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
     "timestamp with time zone)",
     "codity.delete_queue(text,bigint,boolean)",
+    "codity.delete_schedule(text,bigint)",
     "codity.deregister_worker(bigint,timestamp with time zone)",
     "codity.enqueue(text,text,jsonb,timestamp with time zone,integer,text,integer,bigint,"
     "timestamp with time zone)",
@@ -143,9 +144,14 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.register_worker(text,text[],integer,text,integer,bigint,timestamp with time zone)",
     "codity.release(bigint,integer,timestamp with time zone)",
     "codity.replay_dead_letter(bigint,bigint,timestamp with time zone)",
+    "codity.replay_dead_letters(bigint,text,text,timestamp with time zone,integer,"
+    "timestamp with time zone)",
     "codity.resume_all(bigint,timestamp with time zone)",
     "codity.resume_queue(text,bigint,timestamp with time zone)",
     "codity.resume_schedule(text,bigint,timestamp with time zone)",
+    "codity.run_schedule_now(text,bigint,timestamp with time zone)",
+    "codity.schedule_next_runs(text,integer,bigint,timestamp with time zone)",
+    "codity.retry_job(bigint,bigint,timestamp with time zone)",
     "codity.start(bigint,integer,timestamp with time zone)",
     "codity.start_many(bigint[],integer[],timestamp with time zone)",
     "codity.sweep_workers(timestamp with time zone,interval)",

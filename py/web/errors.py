@@ -46,7 +46,6 @@ def not_found(what: str) -> ApiError:
 
 
 _STATUS: list[tuple[type[CodityError], int, str]] = [
-    (NotFound, 404, "not_found"),
     (InvalidInput, 422, "invalid_input"),
     (IllegalTransition, 409, "illegal_transition"),
     (Conflict, 409, "conflict"),
@@ -54,11 +53,23 @@ _STATUS: list[tuple[type[CodityError], int, str]] = [
 ]
 
 
+# A missing resource answers by kind only: the SQL message names what the caller asked
+# for, and a foreign resource must read exactly like a missing one.
+_NOT_FOUND = {
+    "CD001": "queue",
+    "CD002": "project",
+    "CD003": "job",
+    "CD004": "worker",
+    "CD006": "schedule",
+    "CD007": "dead letter",
+}
+
+
 def from_codity_error(exc: CodityError) -> ApiError:
+    if isinstance(exc, NotFound):
+        return not_found(_NOT_FOUND.get(exc.sqlstate, "resource"))
     for cls, status, code in _STATUS:
         if isinstance(exc, cls):
-            details = {"sqlstate": exc.sqlstate}
-            if exc.hint:
-                details["hint"] = exc.hint
-            return ApiError(status, code, exc.message, details)
+            # The SQLSTATE, not the hint: hints speak to psql users in SQL.
+            return ApiError(status, code, exc.message, {"sqlstate": exc.sqlstate})
     return ApiError(400, "bad_request", exc.message, {"sqlstate": exc.sqlstate})

@@ -71,7 +71,8 @@ def _database_error(exc: psycopg.Error) -> ApiError | None:
     if translated is not None:
         return from_codity_error(translated)
     state = exc.sqlstate or ""
-    if state.startswith("22"):
+    if state.startswith("22") or (not state and isinstance(exc, psycopg.DataError)):
+        # No SQLSTATE: the driver refused a value before sending it (a NUL in text).
         return ApiError(422, "invalid_input", "a value is out of range or malformed")
     if state == "23505":
         return ApiError(409, "conflict", "that already exists")

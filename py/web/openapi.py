@@ -155,6 +155,12 @@ def openapi_document(entries: Sequence[Endpoint], *, version: str) -> dict[str, 
         if entry.uses_db:
             errors.add(503)
         for status in sorted(errors):
+            if 200 <= status < 300:
+                responses[str(status)] = {
+                    "description": "Success (an alternative outcome, e.g. an idempotent repeat)",
+                    "content": {"application/json": {"schema": _envelope(ref, entry.many)}},
+                }
+                continue
             responses[str(status)] = {
                 "description": _STATUS_TEXT.get(status, "Error"),
                 "content": {"application/json": {"schema": {"$ref": _REF.format(model="Error")}}},

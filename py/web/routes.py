@@ -8,7 +8,20 @@ tests walk. A route that is not in it does not exist (tests/test_web_routes.py).
 from __future__ import annotations
 
 from codity.web.endpoint import Endpoint
-from codity.web.endpoints import docs, health, queues
+from codity.web.endpoints import (
+    api_keys,
+    auth,
+    dead_letters,
+    docs,
+    health,
+    jobs,
+    members,
+    orgs,
+    overview,
+    queues,
+    schedules,
+    workers,
+)
 from codity.web.endpoints.docs import swagger_assets_dir
 
 __all__ = ["ALL_ROUTES", "swagger_assets_dir"]
@@ -16,5 +29,14 @@ __all__ = ["ALL_ROUTES", "swagger_assets_dir"]
 ALL_ROUTES: tuple[Endpoint, ...] = (
     *health.ROUTES,
     *docs.ROUTES,
+    *auth.ROUTES,
     *queues.ROUTES,
+    *jobs.ROUTES,
+    *dead_letters.ROUTES,
+    *workers.ROUTES,
+    *overview.ROUTES,
+    *schedules.ROUTES,
+    *orgs.ROUTES,
+    *members.ROUTES,
+    *api_keys.ROUTES,
 )

@@ -225,7 +225,7 @@ ROUTES = [
         response=Queue,
         status=201,
         errors=(409,),
-        example={"name": "emails", "max_attempts": 5, "backoff": "exponential"},
+        example={"name": "reports", "max_attempts": 5, "backoff": "exponential"},
     ),
     Endpoint(
         "GET",

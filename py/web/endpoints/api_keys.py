@@ -1,0 +1,152 @@
+"""API keys of the current project: list, create (the key is shown once), revoke. Admins only,
+and only signed-in users: a key never manages keys.
+
+A key is 32 bytes from the CSPRNG (``codity.web.keys``); the database keeps its SHA-256 and
+a display prefix, never the key, and no response but the creating one ever carries it.
+A key's role is admin, member or viewer (never owner: the table refuses it too) and never
+above its creator's. Revoking stamps ``revoked_at``; ``codity.api_key_identity`` ignores
+revoked keys, so the very next request with it is refused. api_keys is under row-level
+security keyed on the project, and every query also filters by the project explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+from codity.web.call import Call
+from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.errors import ApiError, not_found
+from codity.web.keys import display_prefix, hash_key, new_key
+
+__all__ = ["ROUTES"]
+
+_MAX_ID = 2**63 - 1
+
+# No control characters: PostgreSQL text cannot hold NUL, and names end up in logs and pages.
+KeyName = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$"
+    ),
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ApiKeyCreate(Strict):
+    name: KeyName
+    role: Literal["admin", "member", "viewer"]
+
+
+class ApiKey(BaseModel):
+    id: int
+    name: str
+    prefix: str
+    role: str
+    created_by: int | None
+    created_at: dt.datetime
+    last_used_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+
+class NewApiKey(ApiKey):
+    key: str
+    """The whole key: shown in this response only, never again."""
+
+
+_COLUMNS = "id, name, prefix, role::text AS role, created_by, created_at, last_used_at, revoked_at"
+
+
+async def list_keys(call: Call) -> list[dict[str, Any]]:
+    cur = await call.conn.execute(
+        f"SELECT {_COLUMNS} FROM codity.api_keys WHERE project_id = %s ORDER BY id",
+        [call.project_id],
+    )
+    return [dict(r) for r in await cur.fetchall()]
+
+
+async def create_key(call: Call) -> dict[str, Any]:
+    assert isinstance(call.body, ApiKeyCreate) and call.tenant is not None
+    role = Role.parse(call.body.role)
+    if role > call.tenant.role:
+        raise ApiError(
+            403, "forbidden", f"a key cannot have the {role.label} role: it is above your own"
+        )
+    key = new_key()
+    cur = await call.conn.execute(
+        "INSERT INTO codity.api_keys (project_id, name, prefix, key_hash, role, created_by)"
+        " VALUES (%s, %s, %s, %s, %s::codity.member_role, %s)"
+        f" RETURNING {_COLUMNS}",
+        [
+            call.project_id,
+            call.body.name,
+            display_prefix(key),
+            hash_key(key),
+            call.body.role,
+            call.user_id,
+        ],
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return {**row, "key": key}
+
+
+async def revoke_key(call: Call) -> None:
+    """Idempotent: revoking a revoked key keeps its first revocation time."""
+    key_id = int(call.path["key_id"])
+    if not 1 <= key_id <= _MAX_ID:
+        raise not_found("API key")
+    cur = await call.conn.execute(
+        "UPDATE codity.api_keys SET revoked_at = coalesce(revoked_at, now())"
+        " WHERE project_id = %s AND id = %s RETURNING id",
+        [call.project_id, key_id],
+    )
+    if await cur.fetchone() is None:
+        raise not_found("API key")
+
+
+ROUTES = [
+    Endpoint(
+        "GET",
+        "/api/v1/api-keys",
+        Scope.PROJECT,
+        list_keys,
+        "List the current project's API keys (never the keys themselves)",
+        "api-keys",
+        min_role=Role.ADMIN,
+        response=ApiKey,
+        many=True,
+        api_keys=False,
+    ),
+    Endpoint(
+        "POST",
+        "/api/v1/api-keys",
+        Scope.PROJECT,
+        create_key,
+        "Create an API key for the current project; the key is shown only in this response",
+        "api-keys",
+        min_role=Role.ADMIN,
+        body=ApiKeyCreate,
+        response=NewApiKey,
+        status=201,
+        api_keys=False,
+        example={"name": "billing-worker", "role": "member"},
+    ),
+    Endpoint(
+        "DELETE",
+        "/api/v1/api-keys/{key_id:int}",
+        Scope.PROJECT,
+        revoke_key,
+        "Revoke an API key; it stops working on the next request",
+        "api-keys",
+        min_role=Role.ADMIN,
+        status=204,
+        api_keys=False,
+        errors=(404,),
+    ),
+]

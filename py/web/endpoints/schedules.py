@@ -1,0 +1,449 @@
+"""Schedules: cron definitions that enqueue a task on a timetable. Admins manage; members
+run one now; viewers read.
+
+Writes go through codity.create_schedule (an upsert on name), delete_schedule,
+pause_schedule / resume_schedule and run_schedule_now with the guarded project; reads
+select from the tables under row-level security and filter by project as well. Every
+"no such schedule" -- missing, or another tenant's of the same name -- leaves as the same
+``not_found("schedule")``, whether the handler or a SQL function (CD006) noticed it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from typing import Annotated, Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from pydantic import BaseModel, ConfigDict, Field
+
+from codity.web.call import Call
+from codity.web.endpoint import Endpoint, Limit, Reply, Role, Scope
+from codity.web.errors import ApiError, not_found
+
+__all__ = ["ROUTES"]
+
+# Names live in the URL path, so no "/" (Starlette would never route it) and nothing that
+# needs escaping; the database allows 1 to 200 characters of anything.
+ScheduleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")]
+QueueName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+# PostgreSQL text cannot hold NUL, so it is refused here (422) rather than by the driver.
+Cron = Annotated[
+    str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$", examples=["*/15 * * * *"])
+]
+# IANA names (Europe/London, America/Argentina/Buenos_Aires, Etc/GMT+5, UTC).
+TimeZone = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+/-]{1,64}$", examples=["Europe/London"])]
+Task = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+Priority = Annotated[int, Field(ge=-1000, le=1000)]
+
+_SCHEDULE_MISSING = "CD006"
+_QUEUE_MISSING = "CD001"
+_BAD_CRON = "CD012"
+_BAD_TIME_ZONE = "CD013"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScheduleCreate(Strict):
+    name: ScheduleName
+    queue: QueueName
+    cron: Cron
+    time_zone: TimeZone = "UTC"
+    task: Task
+    payload: dict[str, Any] = Field(default_factory=dict)
+    priority: Priority = 0
+
+
+class ScheduleUpdate(Strict):
+    """Fields to change; an omitted (or null) field keeps its current value. The name is the
+    schedule's key and cannot change."""
+
+    queue: QueueName | None = None
+    cron: Cron | None = None
+    time_zone: TimeZone | None = None
+    task: Task | None = None
+    payload: dict[str, Any] | None = None
+    priority: Priority | None = None
+
+
+class ListQuery(Strict):
+    limit: int = Field(50, ge=1, le=200)
+    cursor: str | None = Field(None, max_length=400)
+
+
+class NextRunsQuery(Strict):
+    count: int = Field(5, ge=1, le=100)
+
+
+class Schedule(BaseModel):
+    id: int
+    name: str
+    queue: str
+    cron: str
+    time_zone: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    is_paused: bool
+    next_run_at: dt.datetime
+    last_run_at: dt.datetime | None
+    last_job_id: int | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class PauseResult(BaseModel):
+    name: str
+    is_paused: bool
+    changed: bool
+
+
+class RunNowResult(BaseModel):
+    job_id: int
+    schedule: str
+
+
+class NextRun(BaseModel):
+    run_at: dt.datetime
+    local_time: dt.datetime
+    """Wall-clock time in the schedule's zone (no offset), e.g. to spot a DST shift."""
+
+
+class NextRuns(BaseModel):
+    name: str
+    cron: str
+    time_zone: str
+    runs: list[NextRun]
+
+
+_SELECT = """
+SELECT s.id, s.name, q.name AS queue, s.cron, s.time_zone, s.task, s.payload, s.priority,
+       s.is_paused, s.next_run_at, s.last_run_at, s.last_job_id, s.created_at, s.updated_at
+FROM codity.scheduled_jobs s
+JOIN codity.queues q ON q.id = s.queue_id AND q.project_id = s.project_id
+"""
+
+
+def _path_name(call: Call) -> str:
+    """The schedule named in the path; a name no schedule can have is simply not found."""
+    name = str(call.path["name"])
+    if not 1 <= len(name) <= 200 or "\x00" in name:
+        raise not_found("schedule")
+    return name
+
+
+def _primary(exc: psycopg.Error) -> str:
+    return exc.diag.message_primary or "invalid input"
+
+
+def _diagnostics(exc: psycopg.Error) -> dict[str, str | None]:
+    return {"detail": exc.diag.message_detail, "hint": exc.diag.message_hint}
+
+
+async def _execute(call: Call, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one codity.* function call, mapping "no such schedule" / "no such queue" (404,
+    by kind only) and a bad cron expression or time zone (422, naming the field)."""
+    try:
+        cur = await call.conn.execute(query, params)
+        return [dict(r) for r in await cur.fetchall()]
+    except psycopg.Error as exc:
+        if exc.sqlstate == _SCHEDULE_MISSING:
+            raise not_found("schedule") from None
+        if exc.sqlstate == _BAD_CRON:
+            # The server's detail names the field and the bad token; the hint the grammar.
+            details = {"sqlstate": _BAD_CRON, "field": "cron"}
+            details |= {k: v for k, v in _diagnostics(exc).items() if v}
+            raise ApiError(422, "invalid_input", _primary(exc), details) from None
+        if exc.sqlstate == _BAD_TIME_ZONE:
+            raise ApiError(
+                422,
+                "invalid_input",
+                _primary(exc),
+                {
+                    "sqlstate": _BAD_TIME_ZONE,
+                    "field": "time_zone",
+                    "hint": "Use an IANA time zone name such as 'Europe/London'.",
+                },
+            ) from None
+        if exc.sqlstate == _QUEUE_MISSING:
+            # Missing or another tenant's: the same answer, naming the kind only.
+            raise not_found("queue") from None
+        raise
+
+
+async def _one(call: Call, name: str) -> dict[str, Any]:
+    cur = await call.conn.execute(
+        _SELECT + " WHERE s.project_id = %s AND s.name = %s", [call.project_id, name]
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise not_found("schedule")
+    return dict(row)
+
+
+def _decode_cursor(cursor: str) -> str:
+    invalid = ApiError(
+        422, "invalid_cursor", "the cursor is not one this API gave out", {"field": "cursor"}
+    )
+    try:
+        raw = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True)
+        name = raw.decode("utf-8")
+    except (ValueError, UnicodeError, binascii.Error) as exc:
+        raise invalid from exc
+    if "\x00" in name or _encode_cursor(name) != cursor:
+        raise invalid
+    return name
+
+
+def _encode_cursor(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode("utf-8")).decode("ascii")
+
+
+async def list_schedules(call: Call) -> Reply:
+    """Ordered by name, a page at a time (keyset on the name, so pages never overlap)."""
+    assert isinstance(call.query, ListQuery)
+    after = _decode_cursor(call.query.cursor) if call.query.cursor is not None else None
+    cur = await call.conn.execute(
+        _SELECT
+        + " WHERE s.project_id = %(project_id)s"
+        + " AND (%(after)s::text IS NULL OR s.name > %(after)s::text)"
+        + " ORDER BY s.name LIMIT %(limit)s",
+        {"project_id": call.project_id, "after": after, "limit": call.query.limit + 1},
+    )
+    rows = [dict(r) for r in await cur.fetchall()]
+    page = rows[: call.query.limit]
+    more = len(rows) > call.query.limit
+    next_cursor = _encode_cursor(page[-1]["name"]) if more and page else None
+    return Reply(page, meta={"next_cursor": next_cursor, "limit": call.query.limit})
+
+
+async def get_schedule(call: Call) -> dict[str, Any]:
+    return await _one(call, _path_name(call))
+
+
+_UPSERT = """
+SELECT schedule_id, created FROM codity.create_schedule(
+    p_name => %(name)s, p_queue => %(queue)s, p_cron => %(cron)s, p_task => %(task)s,
+    p_payload => %(payload)s, p_time_zone => %(time_zone)s, p_priority => %(priority)s,
+    p_project_id => %(project_id)s)
+"""
+
+
+def _upsert_params(call: Call, values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **values,
+        "payload": Jsonb(values["payload"]),
+        "project_id": call.project_id,
+    }
+
+
+async def create_schedule(call: Call) -> dict[str, Any]:
+    """create_schedule is an upsert; when it reports an update instead of an insert the
+    name was taken, and raising rolls that update back. No check-then-insert race."""
+    assert isinstance(call.body, ScheduleCreate)
+    rows = await _execute(call, _UPSERT, _upsert_params(call, call.body.model_dump()))
+    if not rows or not rows[0]["created"]:
+        raise ApiError(409, "conflict", f"schedule {call.body.name!r} already exists")
+    return await _one(call, call.body.name)
+
+
+async def update_schedule(call: Call) -> dict[str, Any]:
+    """Merge the changes into the current definition and upsert it. create_schedule keeps
+    next_run_at when cron and time zone are unchanged and recomputes it from now when
+    either changes; the pause flag is left alone."""
+    assert isinstance(call.body, ScheduleUpdate)
+    current = await _one(call, _path_name(call))
+    changes = call.body.model_dump(exclude_none=True)
+    if not changes:
+        return current
+    merged = {
+        **{k: current[k] for k in ("name", "queue", "cron", "time_zone", "task", "payload")},
+        "priority": current["priority"],
+        **changes,
+    }
+    rows = await _execute(call, _UPSERT, _upsert_params(call, merged))
+    if not rows or rows[0]["created"]:
+        # Deleted since we read it: an update must not bring it back (raising rolls back).
+        raise not_found("schedule")
+    return await _one(call, current["name"])
+
+
+async def delete_schedule(call: Call) -> None:
+    await _execute(
+        call,
+        "SELECT codity.delete_schedule(%(name)s, %(project_id)s)",
+        {"name": _path_name(call), "project_id": call.project_id},
+    )
+
+
+async def _pause(call: Call, query: str, paused: bool) -> dict[str, Any]:
+    name = _path_name(call)
+    rows = await _execute(call, query, {"name": name, "project_id": call.project_id})
+    return {"name": name, "is_paused": paused, "changed": bool(rows and rows[0]["changed"])}
+
+
+async def pause_schedule(call: Call) -> dict[str, Any]:
+    return await _pause(
+        call, "SELECT codity.pause_schedule(%(name)s, %(project_id)s) AS changed", True
+    )
+
+
+async def resume_schedule(call: Call) -> dict[str, Any]:
+    return await _pause(
+        call, "SELECT codity.resume_schedule(%(name)s, %(project_id)s) AS changed", False
+    )
+
+
+async def run_schedule_now(call: Call) -> dict[str, Any]:
+    name = _path_name(call)
+    rows = await _execute(
+        call,
+        "SELECT codity.run_schedule_now(%(name)s, %(project_id)s) AS job_id",
+        {"name": name, "project_id": call.project_id},
+    )
+    return {"job_id": rows[0]["job_id"], "schedule": name}
+
+
+async def next_runs(call: Call) -> dict[str, Any]:
+    assert isinstance(call.query, NextRunsQuery)
+    schedule = await _one(call, _path_name(call))
+    runs = await _execute(
+        call,
+        "SELECT run_at, local_time FROM codity.schedule_next_runs("
+        "%(name)s, %(count)s, %(project_id)s)",
+        {"name": schedule["name"], "count": call.query.count, "project_id": call.project_id},
+    )
+    return {
+        "name": schedule["name"],
+        "cron": schedule["cron"],
+        "time_zone": schedule["time_zone"],
+        "runs": runs,
+    }
+
+
+_ALL = "/api/v1/schedules"
+_ONE = _ALL + "/{name}"
+_TAG = "schedules"
+
+ROUTES = [
+    Endpoint(
+        "GET",
+        _ALL,
+        Scope.PROJECT,
+        list_schedules,
+        "List schedules",
+        _TAG,
+        min_role=Role.VIEWER,
+        query=ListQuery,
+        response=Schedule,
+        many=True,
+        errors=(422,),
+    ),
+    Endpoint(
+        "POST",
+        _ALL,
+        Scope.PROJECT,
+        create_schedule,
+        "Create a cron schedule",
+        _TAG,
+        min_role=Role.ADMIN,
+        body=ScheduleCreate,
+        response=Schedule,
+        status=201,
+        errors=(404, 409, 422),
+        example={
+            "name": "nightly-digest",
+            "queue": "emails",
+            "cron": "0 2 * * *",
+            "time_zone": "Europe/London",
+            "task": "emails.digest",
+            "payload": {"list": "subscribers"},
+        },
+    ),
+    Endpoint(
+        "GET",
+        _ONE,
+        Scope.PROJECT,
+        get_schedule,
+        "Get a schedule",
+        _TAG,
+        min_role=Role.VIEWER,
+        response=Schedule,
+        errors=(404,),
+    ),
+    Endpoint(
+        "PATCH",
+        _ONE,
+        Scope.PROJECT,
+        update_schedule,
+        "Change a schedule (a new cron or time zone recomputes the next run from now)",
+        _TAG,
+        min_role=Role.ADMIN,
+        body=ScheduleUpdate,
+        response=Schedule,
+        errors=(404, 422),
+        example={"cron": "30 2 * * *"},
+    ),
+    Endpoint(
+        "DELETE",
+        _ONE,
+        Scope.PROJECT,
+        delete_schedule,
+        "Delete a schedule (the jobs it created stay)",
+        _TAG,
+        min_role=Role.ADMIN,
+        status=204,
+        errors=(404,),
+    ),
+    Endpoint(
+        "POST",
+        _ONE + "/pause",
+        Scope.PROJECT,
+        pause_schedule,
+        "Pause a schedule",
+        _TAG,
+        min_role=Role.ADMIN,
+        response=PauseResult,
+        errors=(404,),
+    ),
+    Endpoint(
+        "POST",
+        _ONE + "/resume",
+        Scope.PROJECT,
+        resume_schedule,
+        "Resume a schedule from its next occurrence after now",
+        _TAG,
+        min_role=Role.ADMIN,
+        response=PauseResult,
+        errors=(404,),
+    ),
+    Endpoint(
+        "POST",
+        _ONE + "/run",
+        Scope.PROJECT,
+        run_schedule_now,
+        "Enqueue one job from a schedule now (its timetable is unchanged)",
+        _TAG,
+        min_role=Role.MEMBER,
+        response=RunNowResult,
+        status=201,
+        limit=Limit.ENQUEUE,
+        errors=(404, 429),
+    ),
+    Endpoint(
+        "GET",
+        _ONE + "/next-runs",
+        Scope.PROJECT,
+        next_runs,
+        "The next runs of a schedule, daylight-saving changes included",
+        _TAG,
+        min_role=Role.VIEWER,
+        query=NextRunsQuery,
+        response=NextRuns,
+        errors=(404, 422),
+    ),
+]
