@@ -108,7 +108,7 @@ def _env_ms(name: str, default: int) -> int:
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from codity.demo import seed_demo
+    from codity.demo import DEMO_OPERATOR_EMAIL, DEMO_OPERATOR_PASSWORD, seed_demo
     from codity.supervisor import ChildSpec, Supervisor
 
     url = database_url(settings)
@@ -117,7 +117,10 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         counts = seed_demo(url)
         print(f"demo data seeded: {counts}")
     queues = args.queue or _default_project_queues(url)
-    children = [ChildSpec("scheduler", ["scheduler", "--tick-ms", str(args.tick_ms)])]
+    children = [
+        ChildSpec("web", ["web", "--host", args.host, "--port", str(args.port)]),
+        ChildSpec("scheduler", ["scheduler", "--tick-ms", str(args.tick_ms)]),
+    ]
     if queues:
         queue_args = [arg for q in queues for arg in ("--queue", q)]
         children += [
@@ -130,10 +133,41 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print("no queues yet: starting the scheduler only (create queues, or use --demo)")
     print(f"Codity is up: database {url}")
+    print(f"  API and docs: http://{args.host}:{args.port}/api/v1/docs")
+    if args.demo:
+        print(f"  sign in as {DEMO_OPERATOR_EMAIL} / {DEMO_OPERATOR_PASSWORD}")
     served = ", ".join(queues) or "-"
     print(f"  scheduler + {args.workers if queues else 0} worker(s) on {served}; Ctrl-C stops")
     env = dict(os.environ, DATABASE_URL=url)
     return Supervisor(children, env=env, grace_s=_env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000).run()
+
+
+def _cmd_web(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from codity.web.app import create_app
+    from codity.web.logs import configure_json_logging
+    from codity.web.settings import load_web_settings
+
+    url = database_url(settings)
+    try:
+        web_settings = load_web_settings(settings.home)
+    except ValueError as exc:
+        raise SystemExit(f"codity web: {exc}") from None
+    configure_json_logging(logging.DEBUG if args.verbose else logging.INFO)
+    logging.getLogger("uvicorn.access").disabled = True
+    print(f"Codity API on http://{args.host}:{args.port}/api/v1 (docs: /api/v1/docs)", flush=True)
+    uvicorn.run(
+        create_app(url, web_settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
 
 
 def _default_project_queues(url: str) -> list[str]:
@@ -189,6 +223,14 @@ def _cmd_sql_reference(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_api_reference(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.web.reference import write_route_table
+    from codity.web.routes import ALL_ROUTES
+
+    print(f"wrote {write_route_table(ALL_ROUTES)}")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from codity.bench import BenchError, run_command
 
@@ -209,6 +251,8 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     tick_default = int(os.environ.get("SCHEDULER_TICK_MS") or 1000)
+    web_host = os.environ.get("CODITY_WEB_HOST") or "127.0.0.1"
+    web_port = int(os.environ.get("PORT") or 3000)
     parser = argparse.ArgumentParser(prog="codity", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -223,7 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     scheduler.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
     scheduler.set_defaults(func=_cmd_scheduler)
 
-    up = sub.add_parser("up", help="database, migrations, scheduler and workers, supervised")
+    up = sub.add_parser("up", help="database, migrations, web, scheduler and workers, supervised")
     up.add_argument("--demo", action="store_true", help="reset and seed the demo data set first")
     up.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     up.add_argument(
@@ -232,7 +276,14 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--queue", action="append", help="queues to serve (default: every queue)")
     up.add_argument("--concurrency", type=int, default=_env_ms("WORKER_CAPACITY", 5))
     up.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
+    up.add_argument("--host", default=web_host, help="web app address (CODITY_WEB_HOST)")
+    up.add_argument("--port", type=int, default=web_port, help="web app port (PORT, 3000)")
     up.set_defaults(func=_cmd_up)
+
+    web = sub.add_parser("web", help="the HTTP API and its docs (uvicorn)")
+    web.add_argument("--host", default=web_host, help="address to bind (CODITY_WEB_HOST)")
+    web.add_argument("--port", type=int, default=web_port, help="port (PORT, default 3000)")
+    web.set_defaults(func=_cmd_web)
 
     sub.add_parser("demo", help="reset and seed the demo data set").set_defaults(func=_cmd_demo)
     status = sub.add_parser("status", help="queues, workers and schedules at a glance")
@@ -261,6 +312,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "sql-reference", help="regenerate docs/SQL_API.md from the catalogue"
     ).set_defaults(func=_cmd_sql_reference)
+
+    sub.add_parser(
+        "api-reference", help="regenerate the route table of docs/API_CONTRACT.md"
+    ).set_defaults(func=_cmd_api_reference)
 
     bench = sub.add_parser("bench", help="measure throughput and latency; docs/PERFORMANCE.md")
     bench.add_argument("--quick", action="store_true", help="small sizes (tests, a first look)")

@@ -17,7 +17,11 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-__all__ = ["QUEUES", "seed_demo"]
+__all__ = ["DEMO_OPERATOR_EMAIL", "DEMO_OPERATOR_PASSWORD", "QUEUES", "seed_demo"]
+
+# The seed's demo login: owner of the default org, whose default project holds the demo.
+DEMO_OPERATOR_EMAIL = "operator@codity.test"
+DEMO_OPERATOR_PASSWORD = "correct-horse-battery-staple"
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,24 @@ def _create_queues(conn: psycopg.Connection[Any]) -> None:
         "SELECT * FROM codity.create_schedule('reports-every-minute', 'reports', '* * * * *', "
         "'reports.generate', %s)",
         [Jsonb({"report": "throughput", "failure_rate": 0.1})],
+    )
+
+
+def _operator(conn: psycopg.Connection[Any]) -> None:
+    """The demo login, owner of the default org (so of the demo project); password reset."""
+    from codity.web.passwords import hash_password
+
+    row = conn.execute(
+        "INSERT INTO codity.users (email, display_name, password_hash) VALUES (%s, %s, %s) "
+        "ON CONFLICT (email) DO UPDATE SET password_hash = EXCLUDED.password_hash RETURNING id",
+        [DEMO_OPERATOR_EMAIL, "Demo Operator", hash_password(DEMO_OPERATOR_PASSWORD)],
+    ).fetchone()
+    assert row is not None
+    conn.execute(
+        "INSERT INTO codity.memberships (org_id, user_id, role) "
+        "SELECT p.org_id, %s, 'owner' FROM codity.projects p WHERE p.is_default "
+        "ON CONFLICT (org_id, user_id) DO UPDATE SET role = 'owner'",
+        [row[0]],
     )
 
 
@@ -124,6 +146,7 @@ def seed_demo(url: str) -> dict[str, int]:
     with psycopg.connect(url) as conn:
         with conn.transaction():
             _reset(conn)
+            _operator(conn)
             _create_queues(conn)
             _history(conn)
             # Work left for real workers: due now, and one report far in the future.
