@@ -37,7 +37,7 @@ def test_every_served_route_comes_from_the_route_list(db_url: str) -> None:
         (e.method, e.path)
         for r in app.routes
         if (e := getattr(getattr(r, "endpoint", None), ENDPOINT_ATTRIBUTE, None))
-    }  # noqa: E501
+    }
     assert served == {(e.method, e.path) for e in ALL_ROUTES}
 
 
