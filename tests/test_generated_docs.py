@@ -1,8 +1,9 @@
 """The generated docs are current, and the claim's plan is what docs/EXPLAIN.md says.
 
 docs/SQL_API.md must equal what py/sql_reference.py renders from a freshly migrated
-database. The claim's selection must plan as Limit -> LockRows -> Index Scan using
-jobs_claim_idx with no Sort node, and the same check must fail once the index is gone.
+database, and docs/API_CONTRACT.md's route table what ALL_ROUTES renders. The claim's
+selection must plan as Limit -> LockRows -> Index Scan using jobs_claim_idx with no Sort
+node, and the same check must fail once the index is gone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 
 from codity.explain import claim_plan, claim_plan_problems, explain_path, load_jobs
 from codity.sql_reference import reference_path, render_reference
+from codity.web.reference import api_contract_path, render_route_table
+from codity.web.routes import ALL_ROUTES
 
 JOBS = 20_000
 
@@ -30,6 +33,13 @@ def test_sql_reference_matches_the_catalogue(db_url: str) -> None:
         pytest.fail(
             "docs/SQL_API.md is stale: run ./codity sql-reference\n" + "\n".join(list(diff)[:60])
         )
+
+
+def test_api_contract_route_table_matches_the_route_list() -> None:
+    text = api_contract_path().read_text(encoding="utf-8")
+    assert render_route_table(ALL_ROUTES) in text, (
+        "docs/API_CONTRACT.md's route table is stale: run ./codity api-reference"
+    )
 
 
 def _loaded(conn: psycopg.Connection) -> int:
