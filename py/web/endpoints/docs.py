@@ -25,6 +25,7 @@ _PAGE = """<!doctype html>
 <head>
   <meta charset="utf-8">
   <title>Codity API</title>
+  <link rel="icon" href="/api/v1/docs/assets/favicon-32x32.png">
   <link rel="stylesheet" href="/api/v1/docs/assets/swagger-ui.css">
 </head>
 <body>
