@@ -122,3 +122,46 @@ def test_access_log_lines_are_json_and_carry_no_credential_or_payload(
     text = "\n".join(lines)
     for secret in (admin.token, "query-secret", "payload-secret-name"):
         assert secret not in text
+
+
+class _Lines(logging.Handler):
+    """Formats at emit time, inside the request, as the real handler does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(JsonFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def test_handler_log_lines_carry_the_request_id_and_no_password_or_token(db_url: str) -> None:
+    lines = _Lines()
+    codity_logger = logging.getLogger("codity")
+    codity_logger.addHandler(lines)
+    previous = codity_logger.level
+    codity_logger.setLevel(logging.INFO)
+    password = "a-very-long-secret-passphrase"
+    try:
+        with web_client(db_url) as client:
+            response = client.post(
+                "/api/v1/auth/register",
+                json={
+                    "email": "logs@example.test",
+                    "password": password,
+                    "display_name": "Logs",
+                    "org_name": "Logs Org",
+                },
+            )
+    finally:
+        codity_logger.removeHandler(lines)
+        codity_logger.setLevel(previous)
+    assert response.status_code == 201, response.text
+    request_id = response.headers["x-request-id"]
+    registered = [json.loads(x) for x in lines.lines if '"user registered"' in x]
+    assert registered and registered[0]["request_id"] == request_id
+    text = "\n".join(lines.lines)
+    tokens = response.json()["data"]
+    for secret in (password, tokens["access_token"], tokens["refresh_token"]):
+        assert secret not in text

@@ -1,8 +1,10 @@
 """JSON-lines logging for the web app, configured by its entry point only.
 
-One object per line with the time, level, logger and message, plus whatever ``extra``
-fields the caller passed (request id, method, path, status, duration). Callers pass sizes
-and keys, never values: no password, token, key or payload value reaches a log line.
+One object per line with the time, level, logger and message, the id of the request being
+served (from a context variable the middleware sets, so handlers' own lines carry it too),
+plus whatever ``extra`` fields the caller passed (method, path, status, duration). Callers
+pass sizes and keys, never values: no password, token, key or payload value reaches a log
+line.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import json
 import logging
 import sys
 import time
+from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_json_logging"]
+__all__ = ["JsonFormatter", "configure_json_logging", "current_request_id"]
+
+current_request_id: ContextVar[str | None] = ContextVar("codity_request_id", default=None)
+"""Set by the request middleware, so every line logged while serving a request carries its id."""
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -27,6 +33,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        request_id = current_request_id.get()
+        if request_id is not None:
+            line["request_id"] = request_id
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 line[key] = value

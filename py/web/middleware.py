@@ -16,6 +16,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from codity.web.logs import current_request_id
+
 __all__ = ["RequestContext", "security_headers"]
 
 log = logging.getLogger("codity.web.access")
@@ -59,6 +61,7 @@ class RequestContext:
         incoming = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
         request_id = incoming if _INCOMING_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        token = current_request_id.set(request_id)
         path: str = scope.get("path", "")
         started = time.perf_counter()
         status = 500
@@ -112,3 +115,4 @@ class RequestContext:
                 "duration_ms": round((time.perf_counter() - started) * 1000, 2),
             }
             log.info("request", extra=extra)
+            current_request_id.reset(token)
