@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -870,6 +871,14 @@ def test_three_scheduler_processes_fire_a_missed_minute_once_and_skip_the_backlo
 # -- 7. `codity up --workers 3` with 1,000 jobs, then Ctrl-C ----------------------------------
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("interrupt", ["terminal", "supervisor"])
 def test_codity_up_runs_a_thousand_jobs_exactly_once_and_ctrl_c_exits_zero(
     probe: Probe, procs: Processes, interrupt: str
@@ -877,16 +886,23 @@ def test_codity_up_runs_a_thousand_jobs_exactly_once_and_ctrl_c_exits_zero(
     """``terminal``: SIGINT to the whole process group, as Ctrl-C in a terminal sends it;
     ``supervisor``: SIGINT to the supervisor alone, which must stop its children itself."""
     _queue(probe, "up")
+    port = free_port()
     up = procs.start(
         "up",
         ["up", "--workers", "3", "--app", APP, "--queue", "up",
-         "--concurrency", "5", "--tick-ms", "200"],
+         "--concurrency", "5", "--tick-ms", "200", "--port", str(port)],
         own_group=True,  # its own process group, so that Ctrl-C reaches it as a terminal's would
     )  # fmt: skip
     wait_until(
         lambda: probe.value("SELECT count(*) FROM codity.workers WHERE status = 'active'") == 3,
         timeout=60,
         what="codity up starts three workers",
+        alive=[up],
+    )
+    wait_until(
+        lambda: _answers(f"http://127.0.0.1:{port}/readyz"),
+        timeout=30,
+        what="codity up serves the API",
         alive=[up],
     )
     started = time.monotonic()
@@ -951,7 +967,7 @@ def test_ctrl_c_while_codity_up_is_still_starting_exits_zero(
     up = procs.start(
         "up",
         ["up", "--workers", "3", "--app", APP, "--queue", "up",
-         "--tick-ms", "200"],
+         "--tick-ms", "200", "--port", str(free_port())],
         own_group=True,
     )  # fmt: skip
     wait_until(
