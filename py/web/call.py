@@ -66,12 +66,25 @@ class Call:
             raise RuntimeError("this route opens no transaction")
         return self.connection
 
+    def _guarded(self) -> Tenant:
+        if self.tenant is None:
+            raise RuntimeError("no tenant: this route is not project-scoped")
+        return self.tenant
+
     @property
     def project_id(self) -> int:
         """The guarded project. Only project-scoped routes have one."""
-        if self.tenant is None:
-            raise RuntimeError("no tenant: this route is not project-scoped")
-        return self.tenant.project_id
+        return self._guarded().project_id
+
+    @property
+    def org_id(self) -> int:
+        """The guarded project's org: no route takes an org id from the request."""
+        return self._guarded().org_id
+
+    @property
+    def role(self) -> Role:
+        """The caller's role in the guarded org, as the guard read it for this request."""
+        return self._guarded().role
 
     @property
     def user_id(self) -> int:

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from codity.web.endpoint import Endpoint, Scope
+from codity.web.fields import MAX_ID
 
 __all__ = ["openapi_document", "openapi_path"]
 
@@ -61,7 +62,7 @@ def _path_parameters(path: str) -> list[dict[str, Any]]:
     for name, converter in _CONVERTER.findall(path):
         schema: dict[str, Any]
         if converter == "int":
-            schema = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1, "format": "int64"}
+            schema = {"type": "integer", "minimum": 0, "maximum": MAX_ID, "format": "int64"}
         else:
             schema = {"type": "string", "minLength": 1, "maxLength": 200}
         params.append({"name": name, "in": "path", "required": True, "schema": schema})

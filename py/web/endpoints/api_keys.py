@@ -14,28 +14,18 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, StringConstraints
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Role, Scope
-from codity.web.errors import ApiError, not_found
+from codity.web.errors import ApiError
+from codity.web.fields import PrintableName, Strict
 from codity.web.keys import display_prefix, hash_key, new_key
+from codity.web.lookups import one_or_404, path_id
 
 __all__ = ["ROUTES"]
 
-_MAX_ID = 2**63 - 1
-
-# No control characters: PostgreSQL text cannot hold NUL, and names end up in logs and pages.
-KeyName = Annotated[
-    str,
-    StringConstraints(
-        strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$"
-    ),
-]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+KeyName = Annotated[PrintableName, StringConstraints(max_length=100)]
 
 
 class ApiKeyCreate(Strict):
@@ -71,9 +61,9 @@ async def list_keys(call: Call) -> list[dict[str, Any]]:
 
 
 async def create_key(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, ApiKeyCreate) and call.tenant is not None
+    assert isinstance(call.body, ApiKeyCreate)
     role = Role.parse(call.body.role)
-    if role > call.tenant.role:
+    if role > call.role:
         raise ApiError(
             403, "forbidden", f"a key cannot have the {role.label} role: it is above your own"
         )
@@ -98,16 +88,13 @@ async def create_key(call: Call) -> dict[str, Any]:
 
 async def revoke_key(call: Call) -> None:
     """Idempotent: revoking a revoked key keeps its first revocation time."""
-    key_id = int(call.path["key_id"])
-    if not 1 <= key_id <= _MAX_ID:
-        raise not_found("API key")
-    cur = await call.conn.execute(
+    await one_or_404(
+        call,
         "UPDATE codity.api_keys SET revoked_at = coalesce(revoked_at, now())"
         " WHERE project_id = %s AND id = %s RETURNING id",
-        [call.project_id, key_id],
+        [call.project_id, path_id(call, "key_id", "API key")],
+        "API key",
     )
-    if await cur.fetchone() is None:
-        raise not_found("API key")
 
 
 ROUTES = [

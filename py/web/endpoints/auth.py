@@ -17,12 +17,13 @@ import secrets
 from typing import Annotated, Any, Literal
 
 from psycopg import AsyncConnection
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from codity.web.call import Call
 from codity.web.database import set_tenant
 from codity.web.endpoint import Endpoint, Limit, Reply, Scope
 from codity.web.errors import ApiError, not_found
+from codity.web.fields import CONTROL, MAX_ID, Strict
 from codity.web.passwords import (
     MAX_PASSWORD_LENGTH,
     MIN_PASSWORD_LENGTH,
@@ -43,22 +44,17 @@ __all__ = ["ROUTES"]
 
 log = logging.getLogger(__name__)
 
-_MAX_ID = 2**63 - 1
 # Deliberately simple (no email-validator dependency): printable ASCII without spaces, one @,
 # a dot in the domain. ASCII keeps Python's lower() and PostgreSQL's lower() in agreement.
 _EMAIL = r"^[!-?A-~]{1,64}@[!-?A-~]+\.[!-?A-~]+$"
-_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+_PRINTABLE = rf"^[^{CONTROL}]*$"
 
 Email = Annotated[str, Field(max_length=254, pattern=_EMAIL), AfterValidator(lambda v: v.lower())]
 NewPassword = Annotated[str, Field(min_length=MIN_PASSWORD_LENGTH, max_length=MAX_PASSWORD_LENGTH)]
 AnyPassword = Annotated[str, Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=_PRINTABLE)]
 RefreshToken = Annotated[str, Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
-ProjectId = Annotated[int, Field(ge=1, le=_MAX_ID)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+ProjectId = Annotated[int, Field(ge=1, le=MAX_ID)]
 
 
 class RegisterBody(Strict):

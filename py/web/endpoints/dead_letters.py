@@ -16,9 +16,9 @@ from pydantic import AwareDatetime, BaseModel, Field
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Reply, Role, Scope
-from codity.web.endpoints.jobs import BoundedText, decode_cursor, fetch_or_404, page_meta, path_id
-from codity.web.endpoints.queues import QueueName, Strict
-from codity.web.errors import not_found
+from codity.web.fields import BoundedText, QueueName, Strict
+from codity.web.lookups import fetch_or_404, one_or_404, path_id
+from codity.web.paging import newest_first
 
 __all__ = ["ROUTES"]
 
@@ -105,32 +105,15 @@ WHERE q.project_id = %(project_id)s AND d.id = %(id)s
 
 
 async def list_dead_letters(call: Call) -> Reply:
-    query = call.query
-    assert isinstance(query, DeadLetterQuery)
-    cur = await call.conn.execute(
-        _LIST,
-        {
-            "project_id": call.project_id,
-            "queue": query.queue,
-            "task": query.task,
-            "dead_after": query.dead_after,
-            "dead_before": query.dead_before,
-            "replayed": query.replayed,
-            "cursor": decode_cursor(query.cursor),
-            "fetch": query.limit + 1,
-        },
-    )
-    rows = [dict(r) for r in await cur.fetchall()]
-    return Reply(rows, meta=page_meta(rows, query.limit))
+    assert isinstance(call.query, DeadLetterQuery)
+    return await newest_first(call, _LIST, call.query)
 
 
 async def get_dead_letter(call: Call) -> dict[str, Any]:
     letter_id = path_id(call, "dead_letter_id", "dead letter")
-    cur = await call.conn.execute(_ONE, {"project_id": call.project_id, "id": letter_id})
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("dead letter")
-    return dict(row)
+    return await one_or_404(
+        call, _ONE, {"project_id": call.project_id, "id": letter_id}, "dead letter"
+    )
 
 
 async def replay_dead_letter(call: Call) -> dict[str, Any]:

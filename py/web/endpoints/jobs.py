@@ -1,155 +1,38 @@
-"""Jobs: enqueue one or a batch, list, get with every execution, cancel, retry.
+"""Jobs: list, get with every execution, cancel, retry (enqueueing is
+``codity.web.endpoints.enqueue``).
 
-Writes go through codity.enqueue / enqueue_many / cancel / retry_job with the guarded
-project, so the API and any other client of the SQL API obey one set of rules. Reads
-select from the tables (row-level security applies) and filter by the project anyway,
-joining jobs to queues on ``queue_id``. A job of another project is reported exactly as a
-missing one. Payload values are never logged: sizes and keys only.
+Writes go through codity.cancel / retry_job with the guarded project, so the API and any
+other client of the SQL API obey one set of rules. Reads select from the tables
+(row-level security applies) and filter by the project anyway, joining jobs to queues on
+``queue_id``. A job of another project is reported exactly as a missing one. Payload
+values are never logged.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
-import json
 import logging
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal
 
-import psycopg
-from psycopg.types.json import Jsonb
-from pydantic import AfterValidator, AwareDatetime, BaseModel, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, Field
 
-from codity.db.errors import NotFound, translate
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Limit, Reply, Role, Scope
-from codity.web.endpoints.queues import QueueName, Strict
-from codity.web.errors import ApiError, not_found
+from codity.web.endpoint import Endpoint, Reply, Role, Scope
+from codity.web.fields import QueueName, Strict
+from codity.web.lookups import fetch_or_404, one_or_404, path_id
+from codity.web.paging import newest_first
 
-__all__ = [
-    "ROUTES",
-    "BoundedText",
-    "JobStatus",
-    "decode_cursor",
-    "encode_cursor",
-    "fetch_or_404",
-    "page_meta",
-    "path_id",
-]
+__all__ = ["ROUTES", "Job", "JobStatus", "read_job"]
 
 log = logging.getLogger(__name__)
-
-MAX_ID = 2**63 - 1
-MAX_DELAY_MS = 366 * 24 * 3600 * 1000
-
-
-def _no_nul(value: str) -> str:
-    """PostgreSQL text cannot hold NUL; refuse it here as bad input rather than fail later."""
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    return value
-
-
-BoundedText = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
-"""A task name, idempotency key or similar short label."""
 
 JobStatus = Literal[
     "scheduled", "queued", "claimed", "running", "completed", "failed", "dead_letter", "cancelled"
 ]
 
 # ---------------------------------------------------------------------------------------
-# Keyset cursors: opaque to clients, the last id of the page underneath.
-# ---------------------------------------------------------------------------------------
-
-
-def encode_cursor(last_id: int) -> str:
-    return base64.urlsafe_b64encode(str(last_id).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> int | None:
-    """The id a cursor stands for; 422 when it is not one this API handed out."""
-    if cursor is None:
-        return None
-    invalid = ApiError(
-        422,
-        "invalid_cursor",
-        "the cursor is not valid; use next_cursor from a previous page",
-        [{"location": ["query", "cursor"], "message": "not a cursor this API issued"}],
-    )
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-    except (binascii.Error, ValueError) as exc:
-        raise invalid from exc
-    if not raw.isdigit() or not raw.isascii() or len(raw) > 19:
-        raise invalid
-    value = int(raw)
-    if not 1 <= value <= MAX_ID:
-        raise invalid
-    return value
-
-
-def page_meta(rows: list[dict[str, Any]], limit: int, key: str = "id") -> dict[str, Any]:
-    """Trim the look-ahead row and say where the next page starts (or that there is none)."""
-    more = len(rows) > limit
-    del rows[limit:]
-    return {"next_cursor": encode_cursor(rows[-1][key]) if more else None, "limit": limit}
-
-
-def path_id(call: Call, name: str, what: str) -> int:
-    """An id from the path. One beyond bigint can never exist: answer as for any missing id
-    (rather than let the database reject the type)."""
-    value = call.path[name]
-    if not isinstance(value, int) or not 1 <= value <= MAX_ID:
-        raise not_found(what)
-    return value
-
-
-async def fetch_or_404(
-    call: Call, query: str, params: dict[str, Any] | list[Any], what: str
-) -> list[dict[str, Any]]:
-    """Run a codity.* function; its not-found errors become the one not-found answer, so a
-    foreign id reads exactly like a missing one."""
-    try:
-        cur = await call.conn.execute(query, params)
-    except psycopg.Error as exc:
-        if isinstance(translate(exc), NotFound):
-            raise not_found(what) from None
-        raise
-    return [dict(r) for r in await cur.fetchall()]
-
-
-# ---------------------------------------------------------------------------------------
 # Models
 # ---------------------------------------------------------------------------------------
-
-
-class JobSpec(Strict):
-    task: BoundedText
-    payload: dict[str, Any] = Field(default_factory=dict)
-    run_at: AwareDatetime | None = None
-    delay_ms: int | None = Field(None, ge=0, le=MAX_DELAY_MS)
-    priority: int = Field(0, ge=-1000, le=1000)
-    max_attempts: int | None = Field(None, ge=1, le=1000)
-    idempotency_key: BoundedText | None = None
-
-    @model_validator(mode="after")
-    def _one_way_to_say_when(self) -> Self:
-        if self.run_at is not None and self.delay_ms is not None:
-            raise ValueError("give run_at or delay_ms, not both")
-        return self
-
-
-class EnqueueOne(JobSpec):
-    queue: QueueName
-
-
-class EnqueueBatch(Strict):
-    queue: QueueName
-    jobs: list[JobSpec] = Field(min_length=1, max_length=1000)
-
-    def enqueue_cost(self) -> int:
-        """One enqueue rate-limit hit per job (codity.web.mount.Costed)."""
-        return len(self.jobs)
 
 
 class JobListQuery(Strict):
@@ -205,15 +88,6 @@ class JobDetail(Job):
     executions: list[Execution]
 
 
-class BatchItem(BaseModel):
-    index: int
-    """Position in the request's ``jobs`` array, from 0."""
-    id: int
-    status: str
-    run_at: dt.datetime
-    is_new: bool
-
-
 # ---------------------------------------------------------------------------------------
 # Queries
 # ---------------------------------------------------------------------------------------
@@ -259,48 +133,10 @@ WHERE q.project_id = %(project_id)s AND x.queue_id = %(queue_id)s AND x.job_id =
 ORDER BY x.execution_seq
 """
 
-_ENQUEUE = """
-SELECT job_id, is_new FROM codity.enqueue(
-    %(queue)s, %(task)s, %(payload)s, %(run_at)s, %(priority)s, %(idempotency_key)s,
-    %(max_attempts)s, %(project_id)s)
-"""
 
-_ENQUEUE_MANY = """
-SELECT job_position, job_id, job_status::text AS status, run_at, is_new
-FROM codity.enqueue_many(%(queue)s, %(jobs)s, %(project_id)s)
-ORDER BY job_position
-"""
-
-
-async def _job(call: Call, job_id: int) -> dict[str, Any]:
-    cur = await call.conn.execute(_ONE, {"project_id": call.project_id, "job_id": job_id})
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("job")
-    return dict(row)
-
-
-async def _database_now(call: Call) -> dt.datetime:
-    """The transaction's time, the same ``now()`` the enqueue functions default to."""
-    cur = await call.conn.execute("SELECT now() AS now")
-    row = await cur.fetchone()
-    assert row is not None
-    value = row["now"]
-    assert isinstance(value, dt.datetime)
-    return value
-
-
-def _run_at(spec: JobSpec, now: dt.datetime | None) -> dt.datetime | None:
-    if spec.delay_ms is not None and now is not None:
-        return now + dt.timedelta(milliseconds=spec.delay_ms)
-    return spec.run_at
-
-
-def _payload_shape(payloads: list[dict[str, Any]]) -> dict[str, Any]:
-    """What may be logged about payloads: their sizes and top-level keys, never values."""
-    sizes = [len(json.dumps(p, separators=(",", ":"))) for p in payloads]
-    keys = sorted({k for p in payloads for k in p})[:20]
-    return {"payload_bytes": sum(sizes), "payload_keys": keys}
+async def read_job(call: Call, job_id: int) -> dict[str, Any]:
+    """One job of the guarded project with its payload, as the job routes answer it."""
+    return await one_or_404(call, _ONE, {"project_id": call.project_id, "job_id": job_id}, "job")
 
 
 # ---------------------------------------------------------------------------------------
@@ -308,114 +144,13 @@ def _payload_shape(payloads: list[dict[str, Any]]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
-async def enqueue_job(call: Call) -> Reply:
-    body = call.body
-    assert isinstance(body, EnqueueOne)
-    now = await _database_now(call) if body.delay_ms is not None else None
-    rows = await fetch_or_404(
-        call,
-        _ENQUEUE,
-        {
-            "queue": body.queue,
-            "task": body.task,
-            "payload": Jsonb(body.payload),
-            "run_at": _run_at(body, now),
-            "priority": body.priority,
-            "idempotency_key": body.idempotency_key,
-            "max_attempts": body.max_attempts,
-            "project_id": call.project_id,
-        },
-        "queue",
-    )
-    job_id, is_new = rows[0]["job_id"], bool(rows[0]["is_new"])
-    log.info(
-        "job enqueued",
-        extra={
-            "request_id": call.request_id,
-            "job_id": job_id,
-            "queue": body.queue,
-            "task": body.task,
-            "duplicate": not is_new,
-            **_payload_shape([body.payload]),
-        },
-    )
-    job = await _job(call, job_id)
-    return Reply(job, status=201 if is_new else 200, meta={"duplicate": not is_new})
-
-
-async def enqueue_batch(call: Call) -> Reply:
-    body = call.body
-    assert isinstance(body, EnqueueBatch)
-    now = await _database_now(call) if any(s.delay_ms is not None for s in body.jobs) else None
-    specs = []
-    for spec in body.jobs:
-        item: dict[str, Any] = {"task": spec.task, "payload": spec.payload}
-        run_at = _run_at(spec, now)
-        if run_at is not None:
-            item["run_at"] = run_at.isoformat()
-        if spec.priority:
-            item["priority"] = spec.priority
-        if spec.max_attempts is not None:
-            item["max_attempts"] = spec.max_attempts
-        if spec.idempotency_key is not None:
-            item["idempotency_key"] = spec.idempotency_key
-        specs.append(item)
-    rows = await fetch_or_404(
-        call,
-        _ENQUEUE_MANY,
-        {"queue": body.queue, "jobs": Jsonb(specs), "project_id": call.project_id},
-        "queue",
-    )
-    items = [
-        {
-            "index": r["job_position"] - 1,
-            "id": r["job_id"],
-            "status": r["status"],
-            "run_at": r["run_at"],
-            "is_new": r["is_new"],
-        }
-        for r in rows
-    ]
-    created = sum(1 for i in items if i["is_new"])
-    log.info(
-        "jobs enqueued",
-        extra={
-            "request_id": call.request_id,
-            "queue": body.queue,
-            "jobs": len(items),
-            "created": created,
-            **_payload_shape([s.payload for s in body.jobs]),
-        },
-    )
-    return Reply(
-        items,
-        status=201 if created else 200,
-        meta={"created": created, "duplicates": len(items) - created},
-    )
-
-
 async def list_jobs(call: Call) -> Reply:
-    query = call.query
-    assert isinstance(query, JobListQuery)
-    cur = await call.conn.execute(
-        _LIST,
-        {
-            "project_id": call.project_id,
-            "status": query.status,
-            "queue": query.queue,
-            "created_after": query.created_after,
-            "created_before": query.created_before,
-            "cursor": decode_cursor(query.cursor),
-            "fetch": query.limit + 1,
-        },
-    )
-    rows = [dict(r) for r in await cur.fetchall()]
-    meta = page_meta(rows, query.limit)
-    return Reply(rows, meta=meta)
+    assert isinstance(call.query, JobListQuery)
+    return await newest_first(call, _LIST, call.query)
 
 
 async def get_job(call: Call) -> dict[str, Any]:
-    job = await _job(call, path_id(call, "job_id", "job"))
+    job = await read_job(call, path_id(call, "job_id", "job"))
     cur = await call.conn.execute(
         _EXECUTIONS,
         {"project_id": call.project_id, "queue_id": job["queue_id"], "job_id": job["id"]},
@@ -430,7 +165,7 @@ async def cancel_job(call: Call) -> dict[str, Any]:
         call, "SELECT job_id FROM codity.cancel(%s, %s)", [job_id, call.project_id], "job"
     )
     log.info("job cancelled", extra={"request_id": call.request_id, "job_id": job_id})
-    return await _job(call, job_id)
+    return await read_job(call, job_id)
 
 
 async def retry_job(call: Call) -> Reply:
@@ -449,57 +184,13 @@ async def retry_job(call: Call) -> Reply:
             "dead_letter_id": rows[0]["dead_letter_id"],
         },
     )
-    job = await _job(call, rows[0]["job_id"])
+    job = await read_job(call, rows[0]["job_id"])
     return Reply(job, meta={"dead_letter_id": rows[0]["dead_letter_id"]})
 
 
 _ONE_PATH = "/api/v1/jobs/{job_id:int}"
-_EXAMPLE = {
-    "queue": "emails",
-    "task": "emails.send",
-    "payload": {"to": "a@example.com"},
-    "priority": 0,
-    "idempotency_key": "welcome-42",
-}
 
 ROUTES = [
-    Endpoint(
-        "POST",
-        "/api/v1/jobs",
-        Scope.PROJECT,
-        enqueue_job,
-        "Enqueue a job (an idempotent repeat returns the existing job with 200)",
-        "jobs",
-        min_role=Role.MEMBER,
-        body=EnqueueOne,
-        response=Job,
-        status=201,
-        limit=Limit.ENQUEUE,
-        errors=(200, 404, 429),
-        example=_EXAMPLE,
-    ),
-    Endpoint(
-        "POST",
-        "/api/v1/jobs/batch",
-        Scope.PROJECT,
-        enqueue_batch,
-        "Enqueue up to 1,000 jobs into one queue, all or nothing",
-        "jobs",
-        min_role=Role.MEMBER,
-        body=EnqueueBatch,
-        response=BatchItem,
-        many=True,
-        status=201,
-        limit=Limit.ENQUEUE,
-        errors=(200, 404, 429),
-        example={
-            "queue": "emails",
-            "jobs": [
-                {"task": "emails.send", "payload": {"to": "a@example.com"}},
-                {"task": "emails.send", "payload": {"to": "b@example.com"}, "delay_ms": 60000},
-            ],
-        },
-    ),
     Endpoint(
         "GET",
         "/api/v1/jobs",

@@ -22,15 +22,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, StringConstraints
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Role, Scope
-from codity.web.errors import ApiError, not_found
+from codity.web.errors import ApiError
+from codity.web.fields import CONTROL, Strict
+from codity.web.lookups import one_or_404, path_id
 
 __all__ = ["ROUTES"]
-
-_MAX_ID = 2**63 - 1
 
 Email = Annotated[
     str,
@@ -39,14 +39,10 @@ Email = Annotated[
         to_lower=True,
         min_length=3,
         max_length=254,
-        pattern=r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$",
+        pattern=rf"^[^@\s{CONTROL}]+@[^@\s{CONTROL}]+$",
     ),
 ]
 RoleName = Literal["owner", "admin", "member", "viewer"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class MemberAdd(Strict):
@@ -66,23 +62,6 @@ class Member(BaseModel):
     joined_at: dt.datetime
 
 
-def _org_id(call: Call) -> int:
-    assert call.tenant is not None
-    return call.tenant.org_id
-
-
-def _caller_role(call: Call) -> Role:
-    assert call.tenant is not None
-    return call.tenant.role
-
-
-def _path_user_id(call: Call) -> int:
-    value = int(call.path["user_id"])
-    if not 1 <= value <= _MAX_ID:
-        raise not_found("member")
-    return value
-
-
 _MEMBER = """
 SELECT u.id AS user_id, u.email, u.display_name, m.role::text AS role, m.created_at AS joined_at
 FROM codity.memberships m
@@ -92,11 +71,7 @@ WHERE m.org_id = %s
 
 
 async def _member(call: Call, user_id: int) -> dict[str, Any]:
-    cur = await call.conn.execute(_MEMBER + " AND m.user_id = %s", [_org_id(call), user_id])
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("member")
-    return dict(row)
+    return await one_or_404(call, _MEMBER + " AND m.user_id = %s", [call.org_id, user_id], "member")
 
 
 _LOCK_OWNERS = """
@@ -111,9 +86,9 @@ _ROLE_OF = "SELECT role::text AS role FROM codity.memberships WHERE org_id = %s 
 
 async def _lock_owners(call: Call) -> tuple[int, Role]:
     """Lock the org's owners; return how many there are and the caller's current role."""
-    cur = await call.conn.execute(_LOCK_OWNERS, [_org_id(call)])
+    cur = await call.conn.execute(_LOCK_OWNERS, [call.org_id])
     owners = len(await cur.fetchall())
-    cur = await call.conn.execute(_ROLE_OF, [_org_id(call), call.user_id])
+    cur = await call.conn.execute(_ROLE_OF, [call.org_id, call.user_id])
     row = await cur.fetchone()
     if row is None:
         raise ApiError(403, "forbidden", "you are no longer a member of this org")
@@ -143,22 +118,21 @@ def _last_owner() -> ApiError:
 
 
 async def list_members(call: Call) -> list[dict[str, Any]]:
-    cur = await call.conn.execute(_MEMBER + " ORDER BY u.email", [_org_id(call)])
+    cur = await call.conn.execute(_MEMBER + " ORDER BY u.email", [call.org_id])
     return [dict(r) for r in await cur.fetchall()]
 
 
 async def add_member(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, MemberAdd)
-    _may_grant(_caller_role(call), Role.parse(call.body.role))
-    cur = await call.conn.execute("SELECT id FROM codity.users WHERE email = %s", [call.body.email])
-    user = await cur.fetchone()
-    if user is None:
-        raise not_found("user")
+    _may_grant(call.role, Role.parse(call.body.role))
+    user = await one_or_404(
+        call, "SELECT id FROM codity.users WHERE email = %s", [call.body.email], "user"
+    )
     cur = await call.conn.execute(
         "INSERT INTO codity.memberships (org_id, user_id, role)"
         " VALUES (%s, %s, %s::codity.member_role)"
         " ON CONFLICT (org_id, user_id) DO NOTHING RETURNING user_id",
-        [_org_id(call), user["id"], call.body.role],
+        [call.org_id, user["id"], call.body.role],
     )
     if await cur.fetchone() is None:
         raise ApiError(409, "conflict", "that user is already a member of this org")
@@ -167,7 +141,7 @@ async def add_member(call: Call) -> dict[str, Any]:
 
 async def update_member(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, MemberUpdate)
-    user_id = _path_user_id(call)
+    user_id = path_id(call, "user_id", "member")
     owners, caller = await _lock_owners(call)
     target = await _member(call, user_id)
     role = Role.parse(call.body.role)
@@ -179,7 +153,7 @@ async def update_member(call: Call) -> dict[str, Any]:
     await call.conn.execute(
         "UPDATE codity.memberships SET role = %s::codity.member_role"
         " WHERE org_id = %s AND user_id = %s",
-        [call.body.role, _org_id(call), user_id],
+        [call.body.role, call.org_id, user_id],
     )
     return await _member(call, user_id)
 
@@ -200,18 +174,18 @@ async def _remove(call: Call, user_id: int) -> None:
         raise _last_owner()
     await call.conn.execute(
         "DELETE FROM codity.memberships WHERE org_id = %s AND user_id = %s",
-        [_org_id(call), user_id],
+        [call.org_id, user_id],
     )
     await call.conn.execute(
         "UPDATE codity.refresh_tokens SET revoked_at = now()"
         " WHERE user_id = %s AND org_id = %s AND revoked_at IS NULL",
-        [user_id, _org_id(call)],
+        [user_id, call.org_id],
     )
 
 
 async def remove_member(call: Call) -> None:
     """An admin removes a member (themself included)."""
-    await _remove(call, _path_user_id(call))
+    await _remove(call, path_id(call, "user_id", "member"))
 
 
 async def leave_org(call: Call) -> None:

@@ -1,7 +1,7 @@
 """The current org and its projects. Viewers read; admins create and rename projects; owners
 rename the org and delete projects.
 
-The org is always the one the guard established from the credential (``call.tenant.org_id``):
+The org is always the one the guard established from the credential (``call.org_id``):
 no route takes an org id. Projects are under row-level security keyed on the org, and every
 query here also filters by it explicitly, so a project of another org answers exactly like a
 missing one. API keys cannot use these routes: a key serves one project's workers and
@@ -13,28 +13,18 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Role, Scope
-from codity.web.errors import ApiError, not_found
+from codity.web.errors import ApiError
+from codity.web.fields import PrintableName, Strict
+from codity.web.lookups import one_or_404, path_id
 
 __all__ = ["ROUTES"]
 
-_MAX_ID = 2**63 - 1
-
-# No control characters: PostgreSQL text cannot hold NUL, and names end up in logs and pages.
-Name = Annotated[
-    str,
-    StringConstraints(
-        strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$"
-    ),
-]
+Name = Annotated[PrintableName, StringConstraints(max_length=200)]
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class OrgUpdate(Strict):
@@ -65,42 +55,23 @@ class Project(BaseModel):
     created_at: dt.datetime
 
 
-def _org_id(call: Call) -> int:
-    assert call.tenant is not None
-    return call.tenant.org_id
-
-
-def _project_id(call: Call) -> int:
-    """The path's project id; one beyond bigint cannot exist, so it is simply not found."""
-    value = int(call.path["project_id"])
-    if not 1 <= value <= _MAX_ID:
-        raise not_found("project")
-    return value
-
-
 # --- the org --------------------------------------------------------------------------------
 
 _ORG = "SELECT id, slug, name, created_at FROM codity.orgs WHERE id = %s"
 
 
 async def get_org(call: Call) -> dict[str, Any]:
-    cur = await call.conn.execute(_ORG, [_org_id(call)])
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("org")
-    return dict(row)
+    return await one_or_404(call, _ORG, [call.org_id], "org")
 
 
 async def update_org(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, OrgUpdate)
-    cur = await call.conn.execute(
+    return await one_or_404(
+        call,
         "UPDATE codity.orgs SET name = %s WHERE id = %s RETURNING id, slug, name, created_at",
-        [call.body.name, _org_id(call)],
+        [call.body.name, call.org_id],
+        "org",
     )
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("org")
-    return dict(row)
 
 
 # --- projects -------------------------------------------------------------------------------
@@ -109,27 +80,22 @@ _PROJECT = "SELECT id, slug, name, is_default, created_at FROM codity.projects"
 
 
 async def _one_project(call: Call, project_id: int) -> dict[str, Any]:
-    cur = await call.conn.execute(
-        _PROJECT + " WHERE org_id = %s AND id = %s", [_org_id(call), project_id]
-    )
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("project")
-    return dict(row)
+    query = _PROJECT + " WHERE org_id = %s AND id = %s"
+    return await one_or_404(call, query, [call.org_id, project_id], "project")
 
 
 async def list_projects(call: Call) -> list[dict[str, Any]]:
-    cur = await call.conn.execute(_PROJECT + " WHERE org_id = %s ORDER BY slug", [_org_id(call)])
+    cur = await call.conn.execute(_PROJECT + " WHERE org_id = %s ORDER BY slug", [call.org_id])
     return [dict(r) for r in await cur.fetchall()]
 
 
 async def get_project(call: Call) -> dict[str, Any]:
-    return await _one_project(call, _project_id(call))
+    return await _one_project(call, path_id(call, "project_id", "project"))
 
 
 async def create_project(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, ProjectCreate)
-    org_id = _org_id(call)
+    org_id = call.org_id
     cur = await call.conn.execute(
         "SELECT 1 FROM codity.projects WHERE org_id = %s AND slug = %s", [org_id, call.body.slug]
     )
@@ -150,15 +116,13 @@ async def create_project(call: Call) -> dict[str, Any]:
 
 async def update_project(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, ProjectUpdate)
-    cur = await call.conn.execute(
+    return await one_or_404(
+        call,
         "UPDATE codity.projects SET name = %s WHERE org_id = %s AND id = %s"
         " RETURNING id, slug, name, is_default, created_at",
-        [call.body.name, _org_id(call), _project_id(call)],
+        [call.body.name, call.org_id, path_id(call, "project_id", "project")],
+        "project",
     )
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("project")
-    return dict(row)
 
 
 async def delete_project(call: Call) -> None:
@@ -166,7 +130,7 @@ async def delete_project(call: Call) -> None:
 
     Refused for the project this credential acts in (the caller would saw off the branch
     it sits on) and for the installation's default project (functions fall back to it)."""
-    project = await _one_project(call, _project_id(call))
+    project = await _one_project(call, path_id(call, "project_id", "project"))
     if project["id"] == call.project_id:
         raise ApiError(
             409,
@@ -176,7 +140,7 @@ async def delete_project(call: Call) -> None:
     if project["is_default"]:
         raise ApiError(409, "conflict", "the installation's default project cannot be deleted")
     await call.conn.execute(
-        "DELETE FROM codity.projects WHERE org_id = %s AND id = %s", [_org_id(call), project["id"]]
+        "DELETE FROM codity.projects WHERE org_id = %s AND id = %s", [call.org_id, project["id"]]
     )
 
 

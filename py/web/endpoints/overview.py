@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoints.queues import STATE_COUNTS
 from codity.web.endpoints.workers import ALIVE_WITHIN_SECONDS
 
 __all__ = ["ROUTES"]
@@ -44,16 +45,11 @@ class Overview(BaseModel):
     dead_letters_unreplayed: int
 
 
-_PER_QUEUE = """
-SELECT q.name AS queue, q.is_paused,
-       count(j.id) FILTER (WHERE j.status = 'queued' AND j.run_at <= now()) AS claimable,
-       count(j.id) FILTER (WHERE j.status = 'scheduled'
-                           OR (j.status = 'queued' AND j.run_at > now())) AS scheduled,
-       count(j.id) FILTER (WHERE j.status IN ('claimed', 'running')) AS running,
-       count(j.id) FILTER (WHERE j.status = 'completed') AS completed,
-       count(j.id) FILTER (WHERE j.status = 'failed') AS failed,
-       count(j.id) FILTER (WHERE j.status = 'dead_letter') AS dead_letter,
-       count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+_PER_QUEUE = (
+    """
+SELECT q.name AS queue, q.is_paused,"""
+    + STATE_COUNTS
+    + """,
        count(j.id) AS total
 FROM codity.queues q
 LEFT JOIN codity.jobs j ON j.queue_id = q.id
@@ -61,6 +57,7 @@ WHERE q.project_id = %(project_id)s
 GROUP BY q.id
 ORDER BY q.name
 """
+)
 
 _PROJECT = """
 SELECT (SELECT count(*) FROM codity.workers w

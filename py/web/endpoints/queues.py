@@ -7,21 +7,17 @@ guarded project; reads select from the tables, under row-level security.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Role, Scope
-from codity.web.errors import ApiError, not_found
+from codity.web.errors import ApiError
+from codity.web.fields import QueueName, Strict
+from codity.web.lookups import one_or_404
 
-__all__ = ["ROUTES"]
-
-QueueName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+__all__ = ["ROUTES", "STATE_COUNTS", "PauseResult"]
 
 
 class QueuePolicy(Strict):
@@ -96,13 +92,8 @@ FROM codity.queues
 
 
 async def _one(call: Call, name: str) -> dict[str, Any]:
-    cur = await call.conn.execute(
-        _SELECT + " WHERE project_id = %s AND name = %s", [call.project_id, name]
-    )
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("queue")
-    return dict(row)
+    query = _SELECT + " WHERE project_id = %s AND name = %s"
+    return await one_or_404(call, query, [call.project_id, name], "queue")
 
 
 async def list_queues(call: Call) -> list[dict[str, Any]]:
@@ -171,8 +162,7 @@ async def resume_queue(call: Call) -> dict[str, Any]:
     return await _pause(call, "resume_queue", False)
 
 
-_STATS = """
-SELECT q.name, q.is_paused,
+STATE_COUNTS = """
        count(j.id) FILTER (WHERE j.status = 'queued' AND j.run_at <= now()) AS claimable,
        count(j.id) FILTER (WHERE j.status = 'scheduled'
                            OR (j.status = 'queued' AND j.run_at > now())) AS scheduled,
@@ -180,7 +170,16 @@ SELECT q.name, q.is_paused,
        count(j.id) FILTER (WHERE j.status = 'completed') AS completed,
        count(j.id) FILTER (WHERE j.status = 'failed') AS failed,
        count(j.id) FILTER (WHERE j.status = 'dead_letter') AS dead_letter,
-       count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+       count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled"""
+"""Select-list items counting the jobs ``j`` by the states an operator acts on: claimable
+(queued and due), scheduled (or queued for later), running (claimed or running), then the
+terminal ones. The overview counts with the same rule, so its numbers match these."""
+
+_STATS = (
+    """
+SELECT q.name, q.is_paused,"""
+    + STATE_COUNTS
+    + """,
        extract(epoch FROM now() - min(j.run_at)
                FILTER (WHERE j.status = 'queued' AND j.run_at <= now()))::float8
            AS oldest_claimable_age_seconds
@@ -189,14 +188,11 @@ LEFT JOIN codity.jobs j ON j.queue_id = q.id
 WHERE q.project_id = %s AND q.name = %s
 GROUP BY q.id
 """
+)
 
 
 async def queue_stats(call: Call) -> dict[str, Any]:
-    cur = await call.conn.execute(_STATS, [call.project_id, call.path["name"]])
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("queue")
-    return dict(row)
+    return await one_or_404(call, _STATS, [call.project_id, call.path["name"]], "queue")
 
 
 _ONE = "/api/v1/queues/{name}"

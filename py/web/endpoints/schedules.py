@@ -10,42 +10,38 @@ select from the tables under row-level security and filter by project as well. E
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 from typing import Annotated, Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Limit, Reply, Role, Scope
+from codity.web.endpoints.queues import PauseResult
 from codity.web.errors import ApiError, not_found
+from codity.web.fields import NUL_FREE, QueueName, Strict
+from codity.web.lookups import one_or_404
+from codity.web.paging import decode_text_cursor, encode_text_cursor, page_meta
 
 __all__ = ["ROUTES"]
 
 # Names live in the URL path, so no "/" (Starlette would never route it) and nothing that
 # needs escaping; the database allows 1 to 200 characters of anything.
 ScheduleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")]
-QueueName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
-# PostgreSQL text cannot hold NUL, so it is refused here (422) rather than by the driver.
 Cron = Annotated[
-    str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$", examples=["*/15 * * * *"])
+    str, Field(min_length=1, max_length=200, pattern=NUL_FREE, examples=["*/15 * * * *"])
 ]
 # IANA names (Europe/London, America/Argentina/Buenos_Aires, Etc/GMT+5, UTC).
 TimeZone = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+/-]{1,64}$", examples=["Europe/London"])]
-Task = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+Task = Annotated[str, Field(min_length=1, max_length=200, pattern=NUL_FREE)]
 Priority = Annotated[int, Field(ge=-1000, le=1000)]
 
 _SCHEDULE_MISSING = "CD006"
 _QUEUE_MISSING = "CD001"
 _BAD_CRON = "CD012"
 _BAD_TIME_ZONE = "CD013"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ScheduleCreate(Strict):
@@ -94,12 +90,6 @@ class Schedule(BaseModel):
     last_job_id: int | None
     created_at: dt.datetime
     updated_at: dt.datetime
-
-
-class PauseResult(BaseModel):
-    name: str
-    is_paused: bool
-    changed: bool
 
 
 class RunNowResult(BaseModel):
@@ -176,37 +166,14 @@ async def _execute(call: Call, query: str, params: dict[str, Any]) -> list[dict[
 
 
 async def _one(call: Call, name: str) -> dict[str, Any]:
-    cur = await call.conn.execute(
-        _SELECT + " WHERE s.project_id = %s AND s.name = %s", [call.project_id, name]
-    )
-    row = await cur.fetchone()
-    if row is None:
-        raise not_found("schedule")
-    return dict(row)
-
-
-def _decode_cursor(cursor: str) -> str:
-    invalid = ApiError(
-        422, "invalid_cursor", "the cursor is not one this API gave out", {"field": "cursor"}
-    )
-    try:
-        raw = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True)
-        name = raw.decode("utf-8")
-    except (ValueError, UnicodeError, binascii.Error) as exc:
-        raise invalid from exc
-    if "\x00" in name or _encode_cursor(name) != cursor:
-        raise invalid
-    return name
-
-
-def _encode_cursor(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode("utf-8")).decode("ascii")
+    query = _SELECT + " WHERE s.project_id = %s AND s.name = %s"
+    return await one_or_404(call, query, [call.project_id, name], "schedule")
 
 
 async def list_schedules(call: Call) -> Reply:
     """Ordered by name, a page at a time (keyset on the name, so pages never overlap)."""
     assert isinstance(call.query, ListQuery)
-    after = _decode_cursor(call.query.cursor) if call.query.cursor is not None else None
+    after = decode_text_cursor(call.query.cursor)
     cur = await call.conn.execute(
         _SELECT
         + " WHERE s.project_id = %(project_id)s"
@@ -215,10 +182,8 @@ async def list_schedules(call: Call) -> Reply:
         {"project_id": call.project_id, "after": after, "limit": call.query.limit + 1},
     )
     rows = [dict(r) for r in await cur.fetchall()]
-    page = rows[: call.query.limit]
-    more = len(rows) > call.query.limit
-    next_cursor = _encode_cursor(page[-1]["name"]) if more and page else None
-    return Reply(page, meta={"next_cursor": next_cursor, "limit": call.query.limit})
+    meta = page_meta(rows, call.query.limit, key="name", encode=encode_text_cursor)
+    return Reply(rows, meta=meta)
 
 
 async def get_schedule(call: Call) -> dict[str, Any]:

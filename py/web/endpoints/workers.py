@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Reply, Role, Scope
-from codity.web.endpoints.jobs import decode_cursor, page_meta
-from codity.web.endpoints.queues import Strict
+from codity.web.fields import Strict
+from codity.web.paging import newest_first
 
 __all__ = ["ALIVE_WITHIN_SECONDS", "ROUTES"]
 
@@ -69,20 +69,8 @@ LIMIT %(fetch)s
 
 
 async def list_workers(call: Call) -> Reply:
-    query = call.query
-    assert isinstance(query, WorkerQuery)
-    cur = await call.conn.execute(
-        _LIST,
-        {
-            "project_id": call.project_id,
-            "alive": ALIVE_WITHIN_SECONDS,
-            "status": query.status,
-            "cursor": decode_cursor(query.cursor),
-            "fetch": query.limit + 1,
-        },
-    )
-    rows = [dict(r) for r in await cur.fetchall()]
-    return Reply(rows, meta=page_meta(rows, query.limit))
+    assert isinstance(call.query, WorkerQuery)
+    return await newest_first(call, _LIST, call.query, alive=ALIVE_WITHIN_SECONDS)
 
 
 ROUTES = [
