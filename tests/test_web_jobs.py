@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb

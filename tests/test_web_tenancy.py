@@ -12,7 +12,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import psycopg
 
 from codity.web.endpoint import Role
