@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 
 from codity.config import Settings, load_settings
 from codity.db import database_url, embedded_server, migrate
 from codity.db.embedded import EmbeddedServerError
+from codity.stop_signal import StopSignal
 
 __all__ = ["main"]
 
@@ -54,23 +54,15 @@ def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _stop_event() -> threading.Event:
-    stop = threading.Event()
-
-    def handle(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
-    return stop
+def _stop_signal() -> StopSignal:
+    return StopSignal().install(signal.SIGINT, signal.SIGTERM)
 
 
 def _cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from codity.scheduler import run_scheduler
 
     url = database_url(settings)
-    run_scheduler(url, args.tick_ms, _stop_event())
+    run_scheduler(url, args.tick_ms, _stop_signal())
     return 0
 
 

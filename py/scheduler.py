@@ -13,12 +13,14 @@ import time
 
 import psycopg
 
+from codity.stop_signal import StopSignal
+
 __all__ = ["run_scheduler"]
 
 log = logging.getLogger(__name__)
 
 
-def run_scheduler(url: str, tick_ms: int, stop: threading.Event) -> None:
+def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) -> None:
     """Tick until ``stop`` is set; reconnect with capped backoff when the database goes away."""
     backoff = 0.5
     while not stop.is_set():

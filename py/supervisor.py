@@ -13,10 +13,11 @@ import logging
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from codity.stop_signal import StopSignal
 
 __all__ = ["ChildSpec", "Supervisor", "codity_command"]
 
@@ -64,7 +65,7 @@ class Supervisor:
         self.children = children
         self.env = env
         self.grace_s = grace_s
-        self.stop = threading.Event()
+        self.stop = StopSignal()
 
     def _start(self, child: ChildSpec) -> None:
         child.process = subprocess.Popen(
@@ -74,8 +75,7 @@ class Supervisor:
         log.info("started %s (pid %d)", child.name, child.process.pid)
 
     def run(self) -> int:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: self.stop.set())
+        self.stop.install(signal.SIGINT, signal.SIGTERM)
         for child in self.children:
             self._start(child)
         while not self.stop.wait(0.5):
