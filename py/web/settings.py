@@ -62,6 +62,7 @@ def load_web_settings(home: Path, environ: dict[str, str] | None = None) -> WebS
     return WebSettings(
         jwt_secret=_secret(env, home),
         max_body_bytes=int(env.get("CODITY_MAX_BODY_BYTES") or 1024 * 1024),
+        enqueues_per_minute=int(env.get("CODITY_ENQUEUES_PER_MINUTE") or 1000),
         cors_origins=origins,
         trusted_proxies=proxies,
     )

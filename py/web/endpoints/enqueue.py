@@ -179,7 +179,7 @@ async def enqueue_batch(call: Call) -> Reply:
             "request_id": call.request_id,
             "queue": body.queue,
             "jobs": len(items),
-            "created": created,
+            "jobs_created": created,
             **_payload_shape([s.payload for s in body.jobs]),
         },
     )
