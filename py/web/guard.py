@@ -86,12 +86,15 @@ async def guard(conn: AsyncConnection[Any], principal: Principal) -> Tenant:
     longer grants it. The only place a tenant comes from."""
     if principal.org_id is None or principal.project_id is None:
         raise ApiError(403, "forbidden", "this credential is not for a project")
+    # The settings go in first: the membership read below is under org-keyed RLS. When the
+    # credential turns out not to grant the tenant, the request fails and the transaction
+    # (settings included) rolls back.
+    await set_tenant(conn, org_id=principal.org_id, project_id=principal.project_id)
     if principal.kind == "api_key":
         if principal.key_role is None:
             raise ApiError(403, "forbidden", "this API key has no role")
         role = principal.key_role
     else:
-        await set_tenant(conn, org_id=principal.org_id, project_id=None)
         cur = await conn.execute(
             _MEMBERSHIP,
             {
@@ -104,7 +107,6 @@ async def guard(conn: AsyncConnection[Any], principal: Principal) -> Tenant:
         if row is None:
             raise ApiError(403, "forbidden", "you are no longer a member of this project's org")
         role = Role.parse(row["role"])
-    await set_tenant(conn, org_id=principal.org_id, project_id=principal.project_id)
     return Tenant(org_id=principal.org_id, project_id=principal.project_id, role=role)
 
 
