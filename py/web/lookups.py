@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
-from codity.db.errors import NotFound, translate
 from codity.web.call import Call
 from codity.web.errors import not_found
 from codity.web.fields import MAX_ID
 
-__all__ = ["fetch_or_404", "one_or_404", "path_id"]
+__all__ = ["fetch_all", "one_or_404", "path_id"]
 
 Params = dict[str, Any] | list[Any]
 
@@ -40,13 +37,9 @@ async def one_or_404(call: Call, query: str, params: Params, what: str) -> dict[
     return dict(row)
 
 
-async def fetch_or_404(call: Call, query: str, params: Params, what: str) -> list[dict[str, Any]]:
-    """Run a codity.* function; its not-found errors become the one not-found answer, so a
-    foreign id reads exactly like a missing one."""
-    try:
-        cur = await call.conn.execute(query, params)
-    except psycopg.Error as exc:
-        if isinstance(translate(exc), NotFound):
-            raise not_found(what) from None
-        raise
+async def fetch_all(call: Call, query: str, params: Params) -> list[dict[str, Any]]:
+    """Every row of ``query`` (typically a codity.* function call). Its errors are left to
+    the mount, which answers a not-found SQLSTATE by kind only (``codity.web.errors``), so a
+    foreign id already reads exactly like a missing one."""
+    cur = await call.conn.execute(query, params)
     return [dict(r) for r in await cur.fetchall()]

@@ -17,7 +17,7 @@ from pydantic import AwareDatetime, BaseModel, Field
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Reply, Role, Scope
 from codity.web.fields import BoundedText, QueueName, Strict
-from codity.web.lookups import fetch_or_404, one_or_404, path_id
+from codity.web.lookups import fetch_all, one_or_404, path_id
 from codity.web.paging import newest_first
 
 __all__ = ["ROUTES"]
@@ -118,16 +118,14 @@ async def get_dead_letter(call: Call) -> dict[str, Any]:
 
 async def replay_dead_letter(call: Call) -> dict[str, Any]:
     letter_id = path_id(call, "dead_letter_id", "dead letter")
-    rows = await fetch_or_404(
+    rows = await fetch_all(
         call,
         "SELECT job_id, job_status::text AS status FROM codity.replay_dead_letter(%s, %s)",
         [letter_id, call.project_id],
-        "dead letter",
     )
     log.info(
         "dead letter replayed",
         extra={
-            "request_id": call.request_id,
             "dead_letter_id": letter_id,
             "job_id": rows[0]["job_id"],
         },
@@ -138,15 +136,14 @@ async def replay_dead_letter(call: Call) -> dict[str, Any]:
 async def replay_all(call: Call) -> dict[str, Any]:
     body = call.body
     assert isinstance(body, ReplayAll)
-    rows = await fetch_or_404(
+    rows = await fetch_all(
         call,
         "SELECT dead_letter_id, job_id FROM codity.replay_dead_letters(%s, %s, %s, %s, %s)",
         [call.project_id, body.queue, body.task, body.dead_before, body.limit],
-        "queue",
     )
     log.info(
         "dead letters replayed",
-        extra={"request_id": call.request_id, "queue": body.queue, "count": len(rows)},
+        extra={"queue": body.queue, "count": len(rows)},
     )
     return {
         "count": len(rows),

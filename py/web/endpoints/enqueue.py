@@ -21,7 +21,7 @@ from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Limit, Reply, Role, Scope
 from codity.web.endpoints.jobs import Job, read_job
 from codity.web.fields import BoundedText, QueueName, Strict
-from codity.web.lookups import fetch_or_404
+from codity.web.lookups import fetch_all
 
 __all__ = ["ROUTES"]
 
@@ -108,7 +108,7 @@ async def enqueue_job(call: Call) -> Reply:
     body = call.body
     assert isinstance(body, EnqueueOne)
     now = await _database_now(call) if body.delay_ms is not None else None
-    rows = await fetch_or_404(
+    rows = await fetch_all(
         call,
         _ENQUEUE,
         {
@@ -121,13 +121,11 @@ async def enqueue_job(call: Call) -> Reply:
             "max_attempts": body.max_attempts,
             "project_id": call.project_id,
         },
-        "queue",
     )
     job_id, is_new = rows[0]["job_id"], bool(rows[0]["is_new"])
     log.info(
         "job enqueued",
         extra={
-            "request_id": call.request_id,
             "job_id": job_id,
             "queue": body.queue,
             "task": body.task,
@@ -156,11 +154,10 @@ async def enqueue_batch(call: Call) -> Reply:
         if spec.idempotency_key is not None:
             item["idempotency_key"] = spec.idempotency_key
         specs.append(item)
-    rows = await fetch_or_404(
+    rows = await fetch_all(
         call,
         _ENQUEUE_MANY,
         {"queue": body.queue, "jobs": Jsonb(specs), "project_id": call.project_id},
-        "queue",
     )
     items = [
         {
@@ -176,7 +173,6 @@ async def enqueue_batch(call: Call) -> Reply:
     log.info(
         "jobs enqueued",
         extra={
-            "request_id": call.request_id,
             "queue": body.queue,
             "jobs": len(items),
             "jobs_created": created,

@@ -19,7 +19,7 @@ from pydantic import AwareDatetime, BaseModel, Field
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Reply, Role, Scope
 from codity.web.fields import QueueName, Strict
-from codity.web.lookups import fetch_or_404, one_or_404, path_id
+from codity.web.lookups import fetch_all, one_or_404, path_id
 from codity.web.paging import newest_first
 
 __all__ = ["ROUTES", "Job", "JobStatus", "read_job"]
@@ -161,25 +161,21 @@ async def get_job(call: Call) -> dict[str, Any]:
 
 async def cancel_job(call: Call) -> dict[str, Any]:
     job_id = path_id(call, "job_id", "job")
-    await fetch_or_404(
-        call, "SELECT job_id FROM codity.cancel(%s, %s)", [job_id, call.project_id], "job"
-    )
-    log.info("job cancelled", extra={"request_id": call.request_id, "job_id": job_id})
+    await fetch_all(call, "SELECT job_id FROM codity.cancel(%s, %s)", [job_id, call.project_id])
+    log.info("job cancelled", extra={"job_id": job_id})
     return await read_job(call, job_id)
 
 
 async def retry_job(call: Call) -> Reply:
     job_id = path_id(call, "job_id", "job")
-    rows = await fetch_or_404(
+    rows = await fetch_all(
         call,
         "SELECT job_id, dead_letter_id FROM codity.retry_job(%s, %s)",
         [job_id, call.project_id],
-        "job",
     )
     log.info(
         "job retried",
         extra={
-            "request_id": call.request_id,
             "job_id": rows[0]["job_id"],
             "dead_letter_id": rows[0]["dead_letter_id"],
         },

@@ -38,8 +38,6 @@ TimeZone = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+/-]{1,64}$", examples=["E
 Task = Annotated[str, Field(min_length=1, max_length=200, pattern=NUL_FREE)]
 Priority = Annotated[int, Field(ge=-1000, le=1000)]
 
-_SCHEDULE_MISSING = "CD006"
-_QUEUE_MISSING = "CD001"
 _BAD_CRON = "CD012"
 _BAD_TIME_ZONE = "CD013"
 
@@ -135,14 +133,13 @@ def _diagnostics(exc: psycopg.Error) -> dict[str, str | None]:
 
 
 async def _execute(call: Call, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run one codity.* function call, mapping "no such schedule" / "no such queue" (404,
-    by kind only) and a bad cron expression or time zone (422, naming the field)."""
+    """Run one codity.* function call; a bad cron expression or time zone answers 422 naming
+    the field. Everything else (a missing schedule or queue: 404 by kind only) is the
+    mount's shared translation."""
     try:
         cur = await call.conn.execute(query, params)
         return [dict(r) for r in await cur.fetchall()]
     except psycopg.Error as exc:
-        if exc.sqlstate == _SCHEDULE_MISSING:
-            raise not_found("schedule") from None
         if exc.sqlstate == _BAD_CRON:
             # The server's detail names the field and the bad token; the hint the grammar.
             details = {"sqlstate": _BAD_CRON, "field": "cron"}
@@ -159,9 +156,6 @@ async def _execute(call: Call, query: str, params: dict[str, Any]) -> list[dict[
                     "hint": "Use an IANA time zone name such as 'Europe/London'.",
                 },
             ) from None
-        if exc.sqlstate == _QUEUE_MISSING:
-            # Missing or another tenant's: the same answer, naming the kind only.
-            raise not_found("queue") from None
         raise
 
 
