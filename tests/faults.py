@@ -95,16 +95,29 @@ _NO_FENCE = tuple(
     Patch(file, _BATCH_FENCE, _BATCH_NO_FENCE) for file in ("start_many.sql", "complete_many.sql")
 )
 
+# --- pg_temp_first -------------------------------------------------------------------------
+# The original search_path of every SECURITY DEFINER function: pg_catalog, codity, with
+# pg_temp left out, so PostgreSQL searches the caller's temporary schema first for tables
+# and types and a caller's domain runs its CHECK as the function's owner.
+_PINNED = "SET search_path = pg_catalog, codity, pg_temp\n"
+_PG_TEMP_FIRST = tuple(
+    Patch(path.name, _PINNED, "SET search_path = pg_catalog, codity\n", text.count(_PINNED))
+    for path in sorted((sql_dir() / "functions").glob("*.sql"))
+    if (text := path.read_text()).count(_PINNED)
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
     "no_fence": _NO_FENCE,
+    "pg_temp_first": _PG_TEMP_FIRST,
 }
 
 FAULTS: dict[str, str] = {
     "naive_claim": "claim SELECTs candidates unlocked, then UPDATEs them by id (two statements)",
     "no_refund": "reap and release requeue a job without giving its attempt back",
     "no_fence": "start, complete, fail, release and the batch calls ignore the fence token",
+    "pg_temp_first": "definer functions pin search_path without pg_temp, so it is searched first",
 }
 
 

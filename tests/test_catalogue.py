@@ -35,13 +35,14 @@ CATALOGUE_QUERIES = {
     "functions": """
         SELECT p.oid::regprocedure::text, pg_catalog.pg_get_function_result(p.oid), md5(p.prosrc),
                p.prosecdef, p.proconfig, p.proacl::text[], p.provolatile, p.proparallel, p.prokind,
-               pg_catalog.obj_description(p.oid, 'pg_proc')
+               pg_catalog.obj_description(p.oid, 'pg_proc'), p.proowner::regrole::text
         FROM pg_catalog.pg_proc p
         WHERE p.pronamespace = 'codity'::regnamespace
         ORDER BY 1
     """,
     "relations": """
-        SELECT c.relname, c.relkind, c.relacl::text[], c.reloptions, c.relrowsecurity,
+        SELECT c.relname, c.relkind, c.relowner::regrole::text, c.relacl::text[], c.reloptions,
+               c.relrowsecurity,
                c.relforcerowsecurity, pg_catalog.obj_description(c.oid, 'pg_class'),
                (SELECT array_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
                                  || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
@@ -90,7 +91,8 @@ CATALOGUE_QUERIES = {
         ORDER BY 2, 1
     """,
     "schema": """
-        SELECT n.nspname, n.nspacl::text[] FROM pg_catalog.pg_namespace n WHERE n.nspname = 'codity'
+        SELECT n.nspname, n.nspowner::regrole::text, n.nspacl::text[]
+        FROM pg_catalog.pg_namespace n WHERE n.nspname = 'codity'
     """,
     # Seed data written by migrations must not be duplicated by a re-run.
     "seed_rows": """
@@ -104,19 +106,9 @@ CATALOGUE_QUERIES = {
 }
 
 # Every SECURITY DEFINER function, reviewed: each runs as the owner on behalf of a role
-# that has no table access, with search_path pinned. Add one here only after reviewing it.
+# that has no table access, with search_path pinned (pg_temp last). Add one here only after
+# reviewing it. Private helpers are SECURITY INVOKER: they run inside definer functions.
 REVIEWED_SECURITY_DEFINER = {
-    "codity._check_fence_arrays(bigint[],integer[])",
-    "codity._check_transition(codity.job_status,codity.job_status,bigint)",
-    "codity._dead_letter(bigint,text,text,timestamp with time zone)",
-    "codity._fenced_batch_outcome(bigint[],integer[],bigint[],codity.job_status,text,"
-    "timestamp with time zone)",
-    "codity._job_spec_problem(jsonb)",
-    "codity._lock_fenced_job(bigint,integer)",
-    "codity._notify(bigint)",
-    "codity._project_id(bigint)",
-    "codity._queue(text,bigint)",
-    "codity._reject_stale(codity.jobs,text,integer,timestamp with time zone)",
     "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
     "codity.claim(bigint,text,integer,bigint,timestamp with time zone)",
@@ -181,6 +173,10 @@ READONLY_REFERENCE_TABLES = {"job_transitions"}
 
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 ROLES = ("codity_worker", "codity_app", "codity_readonly")
+# The NOLOGIN owner of everything in schema codity, and the role allowed to move p_now.
+OWNER = "codity_owner"
+ALL_ROLES = (*ROLES, OWNER, "codity_clock")
+PINNED_SEARCH_PATH = "search_path=pg_catalog, codity, pg_temp"
 
 
 def catalogue(conn: Conn) -> dict[str, list[tuple[Any, ...]]]:
@@ -300,13 +296,73 @@ def test_two_migrates_at_once_on_an_empty_database_both_succeed_alike(
 # ---------------------------------------------------------------------------------------
 
 
-def test_every_security_definer_function_pins_its_search_path(conn: Conn) -> None:
+def test_every_security_definer_function_pins_its_search_path_with_pg_temp_last(
+    conn: Conn,
+) -> None:
+    """Left out, pg_temp is searched FIRST for tables and types: a caller's temporary
+    ``CREATE DOMAIN pg_temp.timestamptz ... CHECK (pg_temp.f(...))`` would run f as the
+    owner. Named last, it can never shadow anything."""
     unpinned = [
-        signature
+        (signature, config)
         for _, signature, definer, config, _ in _functions(conn)
-        if definer and "search_path=pg_catalog, codity" not in (config or [])
+        if definer and PINNED_SEARCH_PATH not in (config or [])
     ]
     assert unpinned == []
+
+
+def test_every_function_that_sets_a_search_path_names_pg_temp_last(conn: Conn) -> None:
+    paths = {
+        signature: setting
+        for _, signature, _, config, _ in _functions(conn)
+        for setting in config or []
+        if setting.startswith("search_path=")
+    }
+    assert paths, "the definer functions set a search_path"
+    assert {s: p for s, p in paths.items() if not p.endswith(", pg_temp")} == {}
+
+
+def test_private_helpers_are_invokers_without_a_search_path_of_their_own(conn: Conn) -> None:
+    helpers = [
+        (name, sig, definer, config)
+        for name, sig, definer, config, _ in _functions(conn)
+        if name.startswith("_")
+    ]
+    assert helpers
+    assert [
+        (sig, definer, config)
+        for _, sig, definer, config in helpers
+        if definer or any(c.startswith("search_path=") for c in config or [])
+    ] == []
+
+
+def test_everything_in_the_schema_is_owned_by_a_nologin_non_superuser(conn: Conn) -> None:
+    owner = conn.execute(
+        "SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb, rolbypassrls, rolreplication"
+        " FROM pg_catalog.pg_roles WHERE rolname = %s",
+        [OWNER],
+    ).fetchone()
+    assert owner == (False, False, False, False, False, False)
+    assert conn.execute(
+        "SELECT count(*) FROM pg_catalog.pg_auth_members m WHERE m.member = %s::regrole",
+        [OWNER],
+    ).fetchone() == (0,), "the owner is a member of no role"
+    foreign = conn.execute(
+        """
+        SELECT 'schema', n.nspname FROM pg_catalog.pg_namespace n
+        WHERE n.nspname = 'codity' AND n.nspowner <> %(owner)s::regrole
+        UNION ALL
+        SELECT 'relation', c.oid::regclass::text FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'codity'::regnamespace AND c.relowner <> %(owner)s::regrole
+        UNION ALL
+        SELECT 'function', p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'codity'::regnamespace AND p.proowner <> %(owner)s::regrole
+        UNION ALL
+        SELECT 'type', t.oid::regtype::text FROM pg_catalog.pg_type t
+        WHERE t.typnamespace = 'codity'::regnamespace AND t.typowner <> %(owner)s::regrole
+        """,
+        {"owner": OWNER},
+    ).fetchall()
+    assert foreign == []
 
 
 def test_security_definer_functions_are_exactly_the_reviewed_list(conn: Conn) -> None:
@@ -344,11 +400,12 @@ def test_no_private_function_is_executable_by_any_codity_role(conn: Conn) -> Non
             "SELECT rolname FROM pg_catalog.pg_roles WHERE rolname LIKE 'codity\\_%'"
         )
     ]
-    assert sorted(roles) == sorted(ROLES)
+    assert sorted(roles) == sorted(ALL_ROLES)
+    callers = [role for role in roles if role != OWNER]  # the owner may run what it owns
     leaks = {
-        role: sorted(n for n in _executable_by(conn, role) if n.startswith("_")) for role in roles
+        role: sorted(n for n in _executable_by(conn, role) if n.startswith("_")) for role in callers
     }
-    assert leaks == {role: [] for role in roles}
+    assert leaks == {role: [] for role in callers}
 
 
 # ---------------------------------------------------------------------------------------

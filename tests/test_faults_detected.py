@@ -11,14 +11,16 @@ whole suite reports under each fault (``CODITY_FAULT=<name> ./test``).
 from __future__ import annotations
 
 import pytest
+from psycopg import errors
 
 from tests.faults import FAULTS, inject, patched_sources
 from tests.test_claim_concurrency import assert_no_job_handed_out_twice, run_claim_storm
 from tests.test_interleavings import requeue_and_reclaim, zombie_after_reap, zombie_batch_calls
+from tests.test_pg_temp_attack import MARK, play_with_and_without_shadows
 
 
 def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
-    assert set(FAULTS) == {"naive_claim", "no_refund", "no_fence"}
+    assert set(FAULTS) == {"naive_claim", "no_refund", "no_fence", "pg_temp_first"}
     for name, description in FAULTS.items():
         assert description and "\n" not in description, name
         assert patched_sources(name), name  # raises when a snippet no longer matches
@@ -84,3 +86,9 @@ def test_zombie_check_detects_batch_calls_without_fence(db_url: str) -> None:
     assert z.zombie_start_accepted or z.zombie_complete_accepted
     # ... and B, the owner, is refused.
     assert not (z.owner_start_accepted and z.owner_complete_accepted)
+
+
+def test_shadow_check_detects_definers_that_search_pg_temp_first(db_url: str) -> None:
+    inject(db_url, "pg_temp_first")
+    with pytest.raises(errors.RaiseException, match=f"{MARK} as codity_owner"):
+        play_with_and_without_shadows(db_url, "codity_worker")

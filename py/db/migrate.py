@@ -5,6 +5,12 @@ sql/functions/ is repeatable: every file is re-applied, in name order, in one
 transaction after the migrations, so the database always runs the code in the repo
 (Flyway's repeatable migrations). Private helpers are named ``_*`` and so sort first.
 
+Between the two, everything in schema codity is handed to the NOLOGIN role codity_owner
+(migration 0004), and the function files are applied as that role: SECURITY DEFINER
+functions then run as a role that owns codity's tables and nothing else, never as the
+superuser that may have run the migration. The hand-over runs every time, so an object a
+later migration creates as the migrating login is adopted too.
+
 Two ``migrate`` runs at once are serialised by a session advisory lock held for the
 whole run; the second then finds nothing to apply and re-applies the same functions.
 """
@@ -60,9 +66,58 @@ def _apply_migrations(url: str) -> int:
         backend.connection.close()
 
 
+# Hands every object of schema codity that codity_owner does not own yet over to it. Types
+# that belong to a table (its row type) or to an array follow their table; sequences owned
+# by a column follow their table too.
+_ADOPT = """
+DO $adopt$
+DECLARE
+    v_owner oid := 'codity_owner'::regrole;
+    v_object record;
+BEGIN
+    IF (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'codity') <> v_owner THEN
+        ALTER SCHEMA codity OWNER TO codity_owner;
+    END IF;
+    FOR v_object IN
+        SELECT CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                              WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
+               c.oid::regclass::text AS name
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'codity'::regnamespace
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+          AND c.relowner <> v_owner
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+                            AND d.deptype IN ('a', 'i'))
+        UNION ALL
+        SELECT 'TYPE', t.oid::regtype::text
+        FROM pg_catalog.pg_type t
+        WHERE t.typnamespace = 'codity'::regnamespace AND t.typowner <> v_owner
+          AND t.typtype IN ('e', 'd')
+        UNION ALL
+        SELECT 'ROUTINE', p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'codity'::regnamespace AND p.proowner <> v_owner
+    LOOP
+        EXECUTE pg_catalog.format('ALTER %s %s OWNER TO codity_owner',
+                                  v_object.kind, v_object.name);
+    END LOOP;
+END
+$adopt$
+"""
+
+
+def _adopt_objects(conn: psycopg.Connection) -> None:
+    with conn.transaction():
+        conn.execute(_ADOPT)
+
+
 def _apply_functions(conn: psycopg.Connection) -> int:
     files = function_files()
     with conn.transaction():
+        # As the owner: a new function is codity_owner's from the start, and a replaced one
+        # stays so (CREATE OR REPLACE keeps the owner).
+        conn.execute("SET LOCAL ROLE codity_owner")
         # Bodies refer to functions defined in later files; check them once all exist.
         conn.execute("SET LOCAL check_function_bodies = off")
         for path in files:
@@ -76,6 +131,7 @@ def migrate(url: str) -> tuple[int, int]:
         conn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", [MIGRATE_LOCK_KEY])
         try:
             applied = _apply_migrations(url)
+            _adopt_objects(conn)
             functions = _apply_functions(conn)
         finally:
             conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", [MIGRATE_LOCK_KEY])

@@ -2,13 +2,15 @@
 --
 -- Job ids and fences come as two parallel arrays; they must be the same length and hold no
 -- NULL (a NULL fence would compare as unknown and slip past the fence check). Pure.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._check_fence_arrays(p_job_ids bigint[], p_fences integer[])
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 BEGIN
     IF p_job_ids IS NULL OR p_fences IS NULL THEN

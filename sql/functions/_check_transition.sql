@@ -3,6 +3,9 @@
 -- Every function that changes a job's status asks this first. The allowed pairs are the
 -- rows of codity.job_transitions (the seed's state diagram); anything else raises CD020
 -- naming both states. Read-only; the table is tiny and stays in cache.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._check_transition(
     p_from codity.job_status,
@@ -12,8 +15,7 @@ CREATE OR REPLACE FUNCTION codity._check_transition(
 RETURNS void
 LANGUAGE plpgsql
 STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 BEGIN
     IF NOT EXISTS (

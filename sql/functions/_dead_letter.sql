@@ -2,6 +2,9 @@
 --
 -- The caller holds the job's row lock and has already checked the transition. The copy
 -- keeps payload, task and reason so the dead letter outlives the job (FK SET NULL).
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._dead_letter(
     p_job_id bigint,
@@ -12,8 +15,7 @@ CREATE OR REPLACE FUNCTION codity._dead_letter(
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 DECLARE
     v_dead_letter_id bigint;

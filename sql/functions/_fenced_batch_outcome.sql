@@ -4,6 +4,9 @@
 -- move (p_done). Every other job is either stale (fence no longer current, or no longer
 -- held): recorded in codity.fence_rejections and reported not accepted; or held with a
 -- current fence in a state the move does not allow: CD020, as for the single calls.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._fenced_batch_outcome(
     p_job_ids bigint[],
@@ -16,8 +19,7 @@ CREATE OR REPLACE FUNCTION codity._fenced_batch_outcome(
 RETURNS TABLE (job_id bigint, accepted boolean, job_status codity.job_status, detail text)
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -4,13 +4,15 @@
 -- round trip. Each object is checked here before anything is written: known keys only,
 -- each of the right JSON type and range. Payload size is checked by the caller (CD011).
 -- Pure; locks nothing.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._job_spec_problem(p_spec jsonb)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 DECLARE
     v_key text;

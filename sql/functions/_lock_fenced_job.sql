@@ -4,13 +4,15 @@
 -- compare as unknown and slip past the fence check), the job must exist (CD003), and its
 -- row is locked FOR UPDATE so the call is serialised against cancel, reap and heartbeat.
 -- The caller then compares the fence with the row it got back.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._lock_fenced_job(p_job_id bigint, p_fence integer)
 RETURNS codity.jobs
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 DECLARE
     v_job codity.jobs;

@@ -3,13 +3,15 @@
 -- A hint, never data: the payload is the queue id only (no tenant data, no job ids), on
 -- the versioned channel codity_v1. PostgreSQL folds identical notifications raised in one
 -- transaction into one, so callers raise at most one per queue. Delivered at COMMIT.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._notify(p_queue_id bigint)
 RETURNS void
 LANGUAGE sql
 VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
     SELECT pg_catalog.pg_notify('codity_v1', p_queue_id::text);
 $$;

@@ -3,13 +3,15 @@
 -- Every public function takes an optional project id; NULL means the installation's
 -- default project, so a single-team user never names one. Read-only; locks nothing.
 -- Called by every function that addresses a queue, schedule or job.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._project_id(p_project_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql
 STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 DECLARE
     v_id bigint;

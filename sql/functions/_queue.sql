@@ -2,13 +2,15 @@
 --
 -- Read-only; locks nothing. A missing queue raises CD001 naming the queue and the
 -- project, so a typo in a worker's --queue flag reads as what it is.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._queue(p_queue text, p_project_id bigint)
 RETURNS codity.queues
 LANGUAGE plpgsql
 STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);

@@ -3,6 +3,9 @@
 -- start, heartbeat, complete, fail and release change nothing when the caller's fence
 -- (the execution_seq it was handed at claim) differs from the job's, or the job is no
 -- longer held. The call is written down here, so an operator can see zombie workers.
+--
+-- SECURITY INVOKER without SET: called only from definer functions, it runs as their
+-- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._reject_stale(
     p_job codity.jobs,
@@ -13,8 +16,7 @@ CREATE OR REPLACE FUNCTION codity._reject_stale(
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SECURITY INVOKER
 AS $$
 DECLARE
     v_worker_id bigint;

@@ -12,7 +12,7 @@ RETURNS TABLE (api_key_id bigint, project_id bigint, org_id bigint, role codity.
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN

@@ -44,7 +44,7 @@ RETURNS TABLE (
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -408,7 +408,7 @@ RETURNS timestamptz
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
     v_spec record;
@@ -704,7 +704,7 @@ RETURNS void
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 BEGIN
     PERFORM codity._cron_parse(p_expr);

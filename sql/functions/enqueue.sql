@@ -24,7 +24,7 @@ RETURNS TABLE (
 LANGUAGE sql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
     SELECT e.job_id, e.job_status, e.run_at, e.is_new
     FROM codity.enqueue_many(

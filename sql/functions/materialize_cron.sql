@@ -18,7 +18,7 @@ RETURNS TABLE (schedule_id bigint, job_id bigint, due_at timestamptz, next_run_a
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

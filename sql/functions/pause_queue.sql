@@ -13,7 +13,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
     v_queue codity.queues := codity._queue(p_queue, p_project_id);
@@ -38,7 +38,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
     v_queue codity.queues := codity._queue(p_queue, p_project_id);

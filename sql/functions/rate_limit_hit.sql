@@ -19,7 +19,7 @@ RETURNS TABLE (allowed boolean, hits integer, retry_after_seconds integer)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

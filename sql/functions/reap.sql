@@ -21,7 +21,7 @@ RETURNS TABLE (job_id bigint, queue_id bigint, fence integer, outcome text)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

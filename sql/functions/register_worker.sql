@@ -17,7 +17,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);

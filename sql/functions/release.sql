@@ -14,7 +14,7 @@ RETURNS TABLE (accepted boolean, job_status codity.job_status, detail text)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

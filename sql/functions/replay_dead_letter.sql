@@ -15,7 +15,7 @@ RETURNS TABLE (job_id bigint, job_status codity.job_status)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

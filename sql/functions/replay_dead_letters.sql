@@ -24,7 +24,7 @@ RETURNS TABLE (dead_letter_id bigint, job_id bigint)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -11,7 +11,7 @@ RETURNS TABLE (queues_resumed integer, schedules_resumed integer)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -20,7 +20,7 @@ RETURNS TABLE (job_id bigint, dead_letter_id bigint, job_status codity.job_statu
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

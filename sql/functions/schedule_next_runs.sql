@@ -18,7 +18,7 @@ RETURNS TABLE (run_at timestamptz, local_time timestamp)
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);

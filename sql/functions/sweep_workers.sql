@@ -15,7 +15,7 @@ RETURNS TABLE (worker_id bigint, name text, last_heartbeat_at timestamptz, jobs_
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -13,7 +13,7 @@ RETURNS TABLE (workers_dead integer, reaped integer, dead_lettered integer, prom
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, codity
+SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

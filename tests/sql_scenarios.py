@@ -1,0 +1,241 @@
+"""Every public SQL function, called once with valid arguments, as a role would call it.
+
+The role tests (pg_temp shadowing, the locked clock) need to call *every* function a role
+may execute, each with arguments that make it do real work. A scenario is that list of
+calls for one role, in an order where each call finds the state it needs (a claim before a
+start, a failure before a replay). ``set_up`` builds what a role cannot build itself (queues,
+a dead letter) as the superuser; ``run`` plays a scenario on one connection and returns
+every call's rows, so two runs can be compared.
+
+A call's SQL may hold ``{now}`` where the function takes ``p_now``: ``run`` fills it with
+nothing, or with a named ``p_now`` argument to try moving the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+__all__ = ["SCENARIOS", "Call", "called_functions", "run", "set_up"]
+
+Env = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    function: str
+    sql: str
+    params: Callable[[Env], dict[str, Any]] = field(default=lambda env: {})
+    save: str | None = None  # store the rows (list of dicts) under this name
+
+    @property
+    def takes_now(self) -> bool:
+        return "{now}" in self.sql
+
+
+def set_up(conn: psycopg.Connection[Any]) -> Env:
+    """As a superuser: two queues, a schedule and three dead letters to replay.
+
+    Returns what the scenarios need to know of it (the dead letters' ids and their jobs').
+    """
+    conn.execute("SELECT codity.create_queue('emails', p_max_attempts => 3)")
+    conn.execute("SELECT codity.create_queue('reports', p_max_attempts => 1)")
+    conn.execute(
+        "SELECT codity.create_schedule('nightly', 'reports', '0 2 * * *', 'reports.nightly')"
+    )
+    worker = conn.execute("SELECT codity.register_worker('setup', ARRAY['reports'])").fetchone()
+    assert worker is not None
+    for task in ("reports.dead-1", "reports.dead-2", "reports.dead-3"):
+        conn.execute("SELECT codity.enqueue('reports', %s)", [task])
+        claimed = conn.execute(
+            "SELECT job_id, fence FROM codity.claim(%s, 'reports', 1)", [worker[0]]
+        ).fetchone()
+        assert claimed is not None
+        conn.execute("SELECT codity.start(%s, %s)", list(claimed))
+        conn.execute("SELECT codity.fail(%s, %s, 'boom')", list(claimed))
+    conn.execute("SELECT codity.deregister_worker(%s)", [worker[0]])
+    dead = conn.execute("SELECT id, job_id FROM codity.dead_letters ORDER BY id").fetchall()
+    return {"dead_letters": [d[0] for d in dead], "dead_jobs": [d[1] for d in dead]}
+
+
+def _claimed(env: Env, i: int) -> tuple[int, int]:
+    row = env["claimed"][i]
+    return int(row["job_id"]), int(row["fence"])
+
+
+_WORKER = (
+    Call(
+        "register_worker",
+        "SELECT codity.register_worker('w1', ARRAY['emails'], 5, 'host-a', 42{now})",
+        save="worker",
+    ),
+    Call("enqueue", "SELECT * FROM codity.enqueue('emails', 'emails.send', '{\"n\": 1}'{now})"),
+    Call(
+        "enqueue_many",
+        "SELECT * FROM codity.enqueue_many('emails',"
+        ' \'[{"task": "a"}, {"task": "b"}, {"task": "c", "priority": 5}]\'{now})',
+    ),
+    Call(
+        "claim",
+        "SELECT * FROM codity.claim(%(worker)s, 'emails', 4{now})",
+        lambda env: {"worker": env["worker"][0]["register_worker"]},
+        save="claimed",
+    ),
+    Call(
+        "start",
+        "SELECT * FROM codity.start(%(job)s, %(fence)s{now})",
+        lambda env: dict(zip(("job", "fence"), _claimed(env, 0), strict=True)),
+    ),
+    Call(
+        "start_many",
+        "SELECT * FROM codity.start_many(%(jobs)s::bigint[], %(fences)s::integer[]{now})",
+        lambda env: {
+            "jobs": [_claimed(env, i)[0] for i in (1, 2, 3)],
+            "fences": [_claimed(env, i)[1] for i in (1, 2, 3)],
+        },
+    ),
+    Call(
+        "heartbeat",
+        "SELECT * FROM codity.heartbeat("
+        "%(worker)s, %(jobs)s::bigint[], %(fences)s::integer[]{now})",
+        lambda env: {
+            "worker": env["worker"][0]["register_worker"],
+            "jobs": [_claimed(env, i)[0] for i in range(4)],
+            "fences": [_claimed(env, i)[1] for i in range(4)],
+        },
+    ),
+    Call(
+        "complete",
+        "SELECT * FROM codity.complete(%(job)s, %(fence)s, '{\"ok\": true}'{now})",
+        lambda env: dict(zip(("job", "fence"), _claimed(env, 0), strict=True)),
+    ),
+    Call(
+        "complete_many",
+        "SELECT * FROM codity.complete_many(%(jobs)s::bigint[], %(fences)s::integer[]{now})",
+        lambda env: {"jobs": [_claimed(env, 1)[0]], "fences": [_claimed(env, 1)[1]]},
+    ),
+    Call(
+        "fail",
+        "SELECT * FROM codity.fail(%(job)s, %(fence)s, 'SMTPError: 451'{now})",
+        lambda env: dict(zip(("job", "fence"), _claimed(env, 2), strict=True)),
+    ),
+    Call(
+        "release",
+        "SELECT * FROM codity.release(%(job)s, %(fence)s{now})",
+        lambda env: dict(zip(("job", "fence"), _claimed(env, 3), strict=True)),
+    ),
+    Call("backoff_delay", "SELECT codity.backoff_delay('exponential', 1000, 60000, 3, 1.0)"),
+    Call(
+        "deregister_worker",
+        "SELECT codity.deregister_worker(%(worker)s{now})",
+        lambda env: {"worker": env["worker"][0]["register_worker"]},
+    ),
+)
+
+_READ = (
+    Call("backoff_delay", "SELECT codity.backoff_delay('linear', 500, 60000, 2, 0.5)"),
+    Call(
+        "cron_next",
+        "SELECT codity.cron_next('*/15 9-17 * * MON-FRI', '2030-01-01 00:00Z', 'Europe/London')",
+    ),
+    Call("cron_validate", "SELECT codity.cron_validate('0 2 * * *', 'Asia/Kolkata')"),
+)
+
+_APP = (
+    *_WORKER,
+    *_READ,
+    Call("create_queue", "SELECT * FROM codity.create_queue('webhooks', p_max_attempts => 2)"),
+    Call("pause_queue", "SELECT codity.pause_queue('webhooks'{now})"),
+    Call("resume_queue", "SELECT codity.resume_queue('webhooks'{now})"),
+    Call(
+        "create_schedule",
+        "SELECT * FROM codity.create_schedule("
+        "'hourly', 'webhooks', '0 * * * *', 'hooks.ping'{now})",
+    ),
+    Call("pause_schedule", "SELECT codity.pause_schedule('hourly'{now})"),
+    Call("resume_schedule", "SELECT codity.resume_schedule('hourly'{now})"),
+    Call("schedule_next_runs", "SELECT * FROM codity.schedule_next_runs('hourly', 3{now})"),
+    Call("run_schedule_now", "SELECT * FROM codity.run_schedule_now('hourly'{now})"),
+    Call("resume_all", "SELECT * FROM codity.resume_all({now_only})"),
+    Call(
+        "enqueue",
+        "SELECT * FROM codity.enqueue('webhooks', 'hooks.ping'{now})",
+        save="to_cancel",
+    ),
+    Call(
+        "cancel",
+        "SELECT * FROM codity.cancel(%(job)s{now})",
+        lambda env: {"job": env["to_cancel"][0]["job_id"]},
+    ),
+    Call(
+        "replay_dead_letter",
+        "SELECT * FROM codity.replay_dead_letter(%(dead)s{now})",
+        lambda env: {"dead": env["dead_letters"][0]},
+    ),
+    Call(
+        "retry_job",
+        "SELECT * FROM codity.retry_job(%(job)s{now})",
+        lambda env: {"job": env["dead_jobs"][1]},
+    ),
+    Call(
+        "replay_dead_letters", "SELECT * FROM codity.replay_dead_letters(p_queue => 'reports'{now})"
+    ),
+    Call("sweep_workers", "SELECT * FROM codity.sweep_workers({now_only})"),
+    Call("reap", "SELECT * FROM codity.reap({now_only})"),
+    Call("promote", "SELECT codity.promote({now_only})"),
+    Call("materialize_cron", "SELECT * FROM codity.materialize_cron({now_only})"),
+    Call("tick", "SELECT * FROM codity.tick({now_only})"),
+    Call(
+        "rate_limit_hit",
+        "SELECT * FROM codity.rate_limit_hit('auth:ip:10.0.0.7', 5, interval '15 minutes'{now})",
+    ),
+    Call(
+        "api_key_identity",
+        "SELECT * FROM codity.api_key_identity("
+        "pg_catalog.sha256('cdy_nothing'::pg_catalog.bytea){now})",
+    ),
+    Call("delete_schedule", "SELECT codity.delete_schedule('hourly')"),
+    Call("delete_queue", "SELECT codity.delete_queue('webhooks', p_force => true)"),
+    Call("current_project_id", "SELECT codity.current_project_id()"),
+    Call("current_org_id", "SELECT codity.current_org_id()"),
+)
+
+SCENARIOS: dict[str, tuple[Call, ...]] = {
+    "codity_worker": _WORKER,
+    "codity_app": _APP,
+    "codity_readonly": _READ,
+}
+
+
+def called_functions(role: str) -> set[str]:
+    return {call.function for call in SCENARIOS[role]}
+
+
+def _sql(call: Call, now: str | None) -> str:
+    if now is None:
+        text = call.sql.replace("{now}", "").replace("{now_only}", "")
+    else:
+        text = call.sql.replace("{now}", f", p_now => {now}").replace(
+            "{now_only}", f"p_now => {now}"
+        )
+    return text
+
+
+def run(
+    conn: psycopg.Connection[Any], role: str, world: Env, *, now: str | None = None
+) -> list[Any]:
+    """Play a role's scenario in the world ``set_up`` made; returns each call's rows."""
+    env: Env = dict(world)
+    results: list[Any] = []
+    for call in SCENARIOS[role]:
+        cur = conn.cursor(row_factory=dict_row)
+        cur.execute(_sql(call, now).encode(), call.params(env))
+        rows = cur.fetchall()
+        if call.save:
+            env[call.save] = rows
+        results.append((call.function, [tuple(r.values()) for r in rows]))
+    return results
