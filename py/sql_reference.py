@@ -45,6 +45,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "CD013": "unknown time zone",
     "CD020": "illegal lifecycle transition (the message names both states)",
     "CD021": "already done (e.g. a dead letter replayed twice)",
+    "CD022": "not permitted: only a superuser or a member of codity_clock may pass p_now",
 }
 
 _FUNCTIONS = """

@@ -106,11 +106,23 @@ _PG_TEMP_FIRST = tuple(
     if (text := path.read_text()).count(_PINNED)
 )
 
+# --- open_clock ----------------------------------------------------------------------------
+# codity._check_clock lets every caller through: p_now moves time for any role again, so a
+# worker can heartbeat "a year from now" and keep its leases beyond sweep and reap.
+_OPEN_CLOCK = (
+    Patch(
+        "_check_clock.sql",
+        "    IF p_now = pg_catalog.now() THEN\n        RETURN;",
+        "    IF true THEN  -- FAULT open_clock\n        RETURN;",
+    ),
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
     "no_fence": _NO_FENCE,
     "pg_temp_first": _PG_TEMP_FIRST,
+    "open_clock": _OPEN_CLOCK,
 }
 
 FAULTS: dict[str, str] = {
@@ -118,6 +130,7 @@ FAULTS: dict[str, str] = {
     "no_refund": "reap and release requeue a job without giving its attempt back",
     "no_fence": "start, complete, fail, release and the batch calls ignore the fence token",
     "pg_temp_first": "definer functions pin search_path without pg_temp, so it is searched first",
+    "open_clock": "p_now moves the clock for every caller, not only superusers and codity_clock",
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-__all__ = ["SCENARIOS", "Call", "called_functions", "run", "set_up"]
+__all__ = ["SCENARIOS", "Call", "called_functions", "render", "run", "set_up"]
 
 Env = dict[str, Any]
 
@@ -34,7 +34,7 @@ class Call:
 
     @property
     def takes_now(self) -> bool:
-        return "{now}" in self.sql
+        return "{now}" in self.sql or "{now_only}" in self.sql
 
 
 def set_up(conn: psycopg.Connection[Any]) -> Env:
@@ -215,7 +215,8 @@ def called_functions(role: str) -> set[str]:
     return {call.function for call in SCENARIOS[role]}
 
 
-def _sql(call: Call, now: str | None) -> str:
+def render(call: Call, now: str | None = None) -> str:
+    """The call's SQL, with ``p_now => <now>`` where the function takes it (or without)."""
     if now is None:
         text = call.sql.replace("{now}", "").replace("{now_only}", "")
     else:
@@ -233,7 +234,7 @@ def run(
     results: list[Any] = []
     for call in SCENARIOS[role]:
         cur = conn.cursor(row_factory=dict_row)
-        cur.execute(_sql(call, now).encode(), call.params(env))
+        cur.execute(render(call, now).encode(), call.params(env))
         rows = cur.fetchall()
         if call.save:
             env[call.save] = rows

@@ -27,6 +27,7 @@ from codity.db.errors import (
     IllegalTransition,
     InvalidInput,
     NotFound,
+    NotPermitted,
     WorkerNotActive,
     translate,
 )
@@ -154,6 +155,8 @@ class Case:
     error_class: type[CodityError]
     # Substrings of the server's primary message: the thing it must name.
     names: tuple[str, ...]
+    # The role the session SET ROLEs to for the call (None: the superuser that set it up).
+    as_role: str | None = None
 
 
 CASES = [
@@ -530,6 +533,15 @@ CASES = [
         Conflict,
         ("dead letter {replayed_dead_letter} was already replayed",),
     ),
+    # CD022 not permitted
+    Case(
+        "heartbeat-from-the-future",
+        "SELECT * FROM codity.heartbeat(%(worker)s, p_now => now() + interval '1 year')",
+        "CD022",
+        NotPermitted,
+        ("only tests may move the clock", "codity_worker"),
+        as_role="codity_worker",
+    ),
 ]
 
 
@@ -543,8 +555,13 @@ def test_bad_input_raises_its_sqlstate_names_the_problem_and_writes_nothing(
     world: World, world_conn: Conn, case: Case
 ) -> None:
     before = table_snapshot(world_conn)
-    with pytest.raises(psycopg.Error) as caught:
-        world_conn.execute(case.query, world.params())
+    if case.as_role:
+        world_conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(case.as_role)))
+    try:
+        with pytest.raises(psycopg.Error) as caught:
+            world_conn.execute(case.query, world.params())
+    finally:
+        world_conn.execute("RESET ROLE")
     exc = caught.value
 
     assert exc.sqlstate == case.sqlstate, exc.diag.message_primary

@@ -10,17 +10,21 @@ whole suite reports under each fault (``CODITY_FAULT=<name> ./test``).
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from psycopg import errors
 
+from tests import sql_scenarios
 from tests.faults import FAULTS, inject, patched_sources
+from tests.logins import login_role
 from tests.test_claim_concurrency import assert_no_job_handed_out_twice, run_claim_storm
+from tests.test_clock import play_with_moved_clock
 from tests.test_interleavings import requeue_and_reclaim, zombie_after_reap, zombie_batch_calls
 from tests.test_pg_temp_attack import MARK, play_with_and_without_shadows
 
 
 def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
-    assert set(FAULTS) == {"naive_claim", "no_refund", "no_fence", "pg_temp_first"}
+    assert set(FAULTS) == {"naive_claim", "no_refund", "no_fence", "pg_temp_first", "open_clock"}
     for name, description in FAULTS.items():
         assert description and "\n" not in description, name
         assert patched_sources(name), name  # raises when a snippet no longer matches
@@ -92,3 +96,14 @@ def test_shadow_check_detects_definers_that_search_pg_temp_first(db_url: str) ->
     inject(db_url, "pg_temp_first")
     with pytest.raises(errors.RaiseException, match=f"{MARK} as codity_owner"):
         play_with_and_without_shadows(db_url, "codity_worker")
+
+
+def test_clock_check_detects_a_worker_moving_time(db_url: str) -> None:
+    inject(db_url, "open_clock")
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        world = sql_scenarios.set_up(admin)
+    with login_role(db_url, "codity_worker") as url, psycopg.connect(url) as worker:
+        outcomes = play_with_moved_clock(worker, "codity_worker", world)
+        worker.rollback()
+    assert outcomes["heartbeat"] == "accepted"
+    assert "CD022" not in outcomes.values()

@@ -9,7 +9,8 @@ docs/SQL_API.md). Python branches on the code, never on message text::
     ├── InvalidInput             CD010 argument, CD011 payload size, CD012 cron, CD013 time zone
     ├── WorkerNotActive          CD005 the worker is stopped or was declared dead
     ├── IllegalTransition        CD020 a lifecycle transition the state diagram forbids
-    └── Conflict                 CD021 the operation was already done (e.g. replayed)
+    ├── Conflict                 CD021 the operation was already done (e.g. replayed)
+    └── NotPermitted             CD022 only tests may move the clock (p_now)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidInput",
     "NotFound",
+    "NotPermitted",
     "WorkerNotActive",
     "translate",
 ]
@@ -59,6 +61,10 @@ class Conflict(CodityError):
     pass
 
 
+class NotPermitted(CodityError):
+    pass
+
+
 SQLSTATES: dict[str, type[CodityError]] = {
     "CD001": NotFound,
     "CD002": NotFound,
@@ -73,6 +79,7 @@ SQLSTATES: dict[str, type[CodityError]] = {
     "CD013": InvalidInput,
     "CD020": IllegalTransition,
     "CD021": Conflict,
+    "CD022": NotPermitted,
 }
 
 

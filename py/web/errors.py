@@ -17,6 +17,7 @@ from codity.db.errors import (
     IllegalTransition,
     InvalidInput,
     NotFound,
+    NotPermitted,
     WorkerNotActive,
 )
 
@@ -50,6 +51,7 @@ _STATUS: list[tuple[type[CodityError], int, str]] = [
     (IllegalTransition, 409, "illegal_transition"),
     (Conflict, 409, "conflict"),
     (WorkerNotActive, 409, "worker_not_active"),
+    (NotPermitted, 403, "forbidden"),
 ]
 
 

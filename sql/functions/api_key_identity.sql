@@ -16,6 +16,7 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_key_hash IS NULL OR octet_length(p_key_hash) <> 32 THEN
         RETURN;
     END IF;

@@ -22,6 +22,7 @@ AS $$
 DECLARE
     v_job codity.jobs;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     SELECT j.* INTO v_job FROM codity.jobs j
     JOIN codity.queues q ON q.id = j.queue_id
     WHERE j.id = p_job_id AND (p_project_id IS NULL OR q.project_id = p_project_id)

@@ -51,6 +51,7 @@ DECLARE
     v_queue codity.queues := codity._queue(p_queue, p_project_id);
     v_worker_status codity.worker_status;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'limit must be from 1 to 1000, got %', p_limit USING ERRCODE = 'CD010';
     END IF;

@@ -21,6 +21,7 @@ AS $$
 DECLARE
     v_job codity.jobs;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_result IS NOT NULL AND octet_length(p_result::text) > 65536 THEN
         RAISE EXCEPTION 'result is % bytes; the limit is 65536', octet_length(p_result::text)
             USING ERRCODE = 'CD011';

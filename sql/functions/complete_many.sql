@@ -22,6 +22,7 @@ AS $$
 DECLARE
     v_done bigint[];
 BEGIN
+    PERFORM codity._check_clock(p_now);
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
     IF p_results IS NOT NULL AND cardinality(p_results) <> cardinality(p_job_ids) THEN
         RAISE EXCEPTION 'results must be NULL or hold one entry per job (% jobs, % results)',

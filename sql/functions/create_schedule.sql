@@ -27,6 +27,7 @@ DECLARE
     v_queue codity.queues := codity._queue(p_queue, p_project_id);
     v_next timestamptz;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'schedule name must be 1 to 200 characters' USING ERRCODE = 'CD010';
     END IF;

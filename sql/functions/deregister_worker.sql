@@ -18,6 +18,7 @@ DECLARE
     v_job record;
     v_released integer := 0;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     PERFORM 1 FROM codity.workers w WHERE w.id = p_worker_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'worker % does not exist', p_worker_id USING ERRCODE = 'CD004';

@@ -41,6 +41,7 @@ DECLARE
     v_statuses codity.job_status[];
     v_run_ats timestamptz[];
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF jsonb_typeof(p_jobs) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'jobs must be a JSON array of job objects'
             USING ERRCODE = 'CD010',

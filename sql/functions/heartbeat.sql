@@ -32,6 +32,7 @@ DECLARE
     v_job codity.jobs;
     v_pair record;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     -- NULL arrays mean "no jobs" here (a worker with nothing running), unlike the batch calls.
     PERFORM codity._check_fence_arrays(coalesce(p_job_ids, '{}'), coalesce(p_fences, '{}'));
     SELECT w.* INTO v_worker FROM codity.workers w WHERE w.id = p_worker_id FOR UPDATE;

@@ -18,6 +18,7 @@ AS $$
 DECLARE
     v_queue codity.queues := codity._queue(p_queue, p_project_id);
 BEGIN
+    PERFORM codity._check_clock(p_now);
     UPDATE codity.queues q SET is_paused = true, paused_at = p_now, updated_at = p_now
     WHERE q.id = v_queue.id AND NOT q.is_paused;
     RETURN FOUND;
@@ -43,6 +44,7 @@ AS $$
 DECLARE
     v_queue codity.queues := codity._queue(p_queue, p_project_id);
 BEGIN
+    PERFORM codity._check_clock(p_now);
     UPDATE codity.queues q SET is_paused = false, paused_at = NULL, updated_at = p_now
     WHERE q.id = v_queue.id AND q.is_paused;
     IF FOUND THEN

@@ -17,6 +17,7 @@ AS $$
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
 BEGIN
+    PERFORM codity._check_clock(p_now);
     UPDATE codity.scheduled_jobs s SET is_paused = true, updated_at = p_now
     WHERE s.project_id = v_project_id AND s.name = p_name AND NOT s.is_paused;
     IF FOUND THEN
@@ -48,6 +49,7 @@ AS $$
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
 BEGIN
+    PERFORM codity._check_clock(p_now);
     UPDATE codity.scheduled_jobs s
     SET is_paused = false, next_run_at = codity.cron_next(s.cron, p_now, s.time_zone), updated_at = p_now
     WHERE s.project_id = v_project_id AND s.name = p_name AND s.is_paused;

@@ -26,6 +26,7 @@ DECLARE
     v_window_start timestamptz;
     v_hits integer;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_bucket IS NULL OR length(p_bucket) NOT BETWEEN 1 AND 400 THEN
         RAISE EXCEPTION 'rate limit bucket must be 1 to 400 characters' USING ERRCODE = 'CD010';
     END IF;

@@ -29,6 +29,7 @@ DECLARE
     v_requeued integer;
     v_dead record;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be positive, got %', p_limit USING ERRCODE = 'CD010';
     END IF;

@@ -24,6 +24,7 @@ DECLARE
     v_queue text;
     v_id bigint;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'worker name must be 1 to 200 characters' USING ERRCODE = 'CD010';
     END IF;

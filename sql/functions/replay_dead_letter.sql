@@ -24,6 +24,7 @@ DECLARE
     v_queue codity.queues;
     v_job_id bigint;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     SELECT d.* INTO v_dead FROM codity.dead_letters d
     JOIN codity.queues q ON q.id = d.queue_id
     WHERE d.id = p_dead_letter_id

@@ -19,6 +19,7 @@ DECLARE
     v_queues integer := 0;
     v_schedules integer;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_project_id IS NOT NULL THEN
         PERFORM codity._project_id(p_project_id);
     END IF;

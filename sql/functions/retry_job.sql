@@ -29,6 +29,7 @@ DECLARE
     v_dead_letter_id bigint;
     v_replayed record;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     SELECT j.* INTO v_job FROM codity.jobs j
     JOIN codity.queues q ON q.id = j.queue_id
     WHERE j.id = p_job_id AND q.project_id = v_project_id;

@@ -29,6 +29,7 @@ DECLARE
     v_queue codity.queues;
     v_job_id bigint;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_now IS NULL OR NOT isfinite(p_now) THEN
         RAISE EXCEPTION 'now must be a finite time' USING ERRCODE = 'CD010';
     END IF;

@@ -25,6 +25,7 @@ DECLARE
     v_schedule codity.scheduled_jobs;
     v_at timestamptz := p_now;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'count must be from 1 to 100, got %', p_count USING ERRCODE = 'CD010';
     END IF;

@@ -19,6 +19,7 @@ AS $$
 DECLARE
     v_job codity.jobs;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     v_job := codity._lock_fenced_job(p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
         RETURN QUERY SELECT false, v_job.status, codity._reject_stale(v_job, 'start', p_fence, p_now);

@@ -21,6 +21,7 @@ AS $$
 DECLARE
     v_started bigint[];
 BEGIN
+    PERFORM codity._check_clock(p_now);
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
     PERFORM codity._check_transition('claimed', 'running');
 

@@ -22,6 +22,7 @@ DECLARE
     v_worker record;
     v_expired integer;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     IF p_stale_after IS NULL OR p_stale_after <= interval '0' THEN
         RAISE EXCEPTION 'stale_after must be a positive interval' USING ERRCODE = 'CD010';
     END IF;

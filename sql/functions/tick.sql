@@ -23,6 +23,7 @@ DECLARE
     v_promoted integer;
     v_materialized integer;
 BEGIN
+    PERFORM codity._check_clock(p_now);
     SELECT count(*) INTO v_workers_dead FROM codity.sweep_workers(p_now, p_worker_stale_after);
     SELECT count(*) FILTER (WHERE r.outcome = 'requeued'), count(*) FILTER (WHERE r.outcome = 'dead_letter')
     INTO v_reaped, v_dead_lettered
