@@ -79,20 +79,28 @@ _NO_REFUND = (
 )
 
 # --- no_fence ------------------------------------------------------------------------------
-# start, complete, fail and release stop comparing the caller's fence token with the job's
-# execution_seq; only the state check remains. A zombie worker whose lease was reaped and
-# whose job another worker now runs can then finish that job.
+# start, complete, fail and release (and the batch calls) stop comparing the caller's fence
+# token with the job's execution_seq; only the state check remains. A zombie worker whose
+# lease was reaped and whose job another worker now runs can then finish that job.
 _FENCE_CHECK = (
     "IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN"
 )
 _STATE_CHECK_ONLY = "IF v_job.status NOT IN ('claimed', 'running') THEN"
 _BATCH_FENCE = "WHERE j.id = b.job_id AND j.execution_seq = b.fence AND"
 _BATCH_NO_FENCE = "WHERE j.id = b.job_id AND"
-_NO_FENCE = tuple(
-    Patch(file, _FENCE_CHECK, _STATE_CHECK_ONLY)
-    for file in ("start.sql", "complete.sql", "fail.sql", "release.sql")
-) + tuple(
-    Patch(file, _BATCH_FENCE, _BATCH_NO_FENCE) for file in ("start_many.sql", "complete_many.sql")
+_NO_FENCE = (
+    *(Patch(file, _FENCE_CHECK, _STATE_CHECK_ONLY) for file in ("fail.sql", "release.sql")),
+    *(
+        Patch(file, _BATCH_FENCE, _BATCH_NO_FENCE)
+        for file in ("start_many.sql", "complete_many.sql")
+    ),
+    # start and complete are start_many and complete_many of one job; the batch outcome
+    # then reports what the UPDATE did, fence or not.
+    Patch(
+        "_fenced_batch_outcome.sql",
+        "IF v_pair.job_id = ANY (p_done) AND v_job.execution_seq = v_pair.fence THEN",
+        "IF v_pair.job_id = ANY (p_done) THEN",
+    ),
 )
 
 # --- pg_temp_first -------------------------------------------------------------------------
@@ -117,12 +125,36 @@ _OPEN_CLOCK = (
     ),
 )
 
+# --- repeat_is_stale ---------------------------------------------------------------------
+# A call repeated by its fence's owner (its COMMIT's answer was lost) is treated like a
+# zombie's: refused and recorded as stale, and the heartbeat calls the job lost. The
+# worker's resent completion then reads as refused work, and fence_rejections cries wolf.
+_REPEAT_IS_STALE = (
+    Patch(
+        "_fenced_batch_outcome.sql",
+        "AND x.status = p_closed_as",
+        "AND x.status = p_closed_as AND false  -- FAULT repeat_is_stale",
+    ),
+    Patch("fail.sql", "AND x.status = 'failed') THEN", "AND x.status = 'failed' AND false) THEN"),
+    Patch(
+        "release.sql",
+        "AND x.status = 'released') THEN",
+        "AND x.status = 'released' AND false) THEN",
+    ),
+    Patch(
+        "heartbeat.sql",
+        "x.status IN ('completed', 'failed', 'released')",
+        "x.status IN ('completed', 'failed', 'released') AND false",
+    ),
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
     "no_fence": _NO_FENCE,
     "pg_temp_first": _PG_TEMP_FIRST,
     "open_clock": _OPEN_CLOCK,
+    "repeat_is_stale": _REPEAT_IS_STALE,
 }
 
 FAULTS: dict[str, str] = {
@@ -131,6 +163,7 @@ FAULTS: dict[str, str] = {
     "no_fence": "start, complete, fail, release and the batch calls ignore the fence token",
     "pg_temp_first": "definer functions pin search_path without pg_temp, so it is searched first",
     "open_clock": "p_now moves the clock for every caller, not only superusers and codity_clock",
+    "repeat_is_stale": "a call repeated by its fence's owner is refused and recorded as stale",
 }
 
 

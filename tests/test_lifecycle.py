@@ -329,7 +329,6 @@ def test_allowed_transition_is_reachable_through_the_api(
 ILLEGAL_MOVES = [
     ("claimed", "SELECT * FROM codity.complete(%(job)s, %(fence)s)", "claimed", "completed"),
     ("claimed", "SELECT * FROM codity.fail(%(job)s, %(fence)s, 'x')", "claimed", "failed"),
-    ("running", "SELECT * FROM codity.start(%(job)s, %(fence)s)", "running", "running"),
     ("dead_letter", "SELECT * FROM codity.cancel(%(job)s)", "dead_letter", "cancelled"),
 ]
 

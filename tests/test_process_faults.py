@@ -356,7 +356,7 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
     _report(f"stale-complete/{owner}", rejections=rejections)
 
     assert _event(probe, job, 1, "gate") == frozen.pid
-    assert rejections == [("complete_many", frozen_id, 1, 2, owner)]
+    assert rejections == [("complete", frozen_id, 1, 2, owner)]
     assert _executions(probe, job) == [
         (1, 1, frozen_id, "reaped", True),
         (2, 1, other_id, "completed", False),

@@ -22,12 +22,13 @@ __all__ = ["Completer"]
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500
-# Only refusals come back: an accepted completion needs nothing more from the database,
-# and at full speed a flush carries hundreds of them.
+# Only refusals and repeats come back: an applied completion needs nothing more from the
+# database, and at full speed a flush carries hundreds of them. A batch resent after its
+# connection dropped mid-call answers 'already_applied' for what had landed.
 _COMPLETE_MANY = (
-    "SELECT c.job_id, c.detail"
+    "SELECT c.job_id, c.accepted, c.detail"
     " FROM codity.complete_many(%s::bigint[], %s::integer[], %s::jsonb[]) AS c"
-    " WHERE NOT c.accepted"
+    " WHERE c.outcome <> 'applied'"
 )
 Call = Callable[[str, list[Any]], Awaitable[list[dict[str, Any]]]]
 
@@ -85,6 +86,8 @@ class Completer:
                     rows = await self._call(_COMPLETE_MANY, params)
                 break
             except self._transient as exc:
+                # The batch may have committed before the connection dropped: resending it
+                # is safe (what landed answers 'already_applied').
                 log.warning(
                     "reporting %d completion(s) failed (%s); retrying",
                     len(batch),
@@ -92,5 +95,9 @@ class Completer:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+        repeats = [row["job_id"] for row in rows if row["accepted"]]
+        if repeats:
+            log.info("%d completion(s) had landed before the connection dropped", len(repeats))
         for row in rows:
-            log.info("completion of job %s refused: %s", row["job_id"], row["detail"])
+            if not row["accepted"]:
+                log.info("completion of job %s refused: %s", row["job_id"], row["detail"])

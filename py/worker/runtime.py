@@ -9,7 +9,8 @@ calls and handlers::
        reconnect)               │                 handler ─ ok ──▶ Completer (complete_many)
                                 │                         └ error ▶ fail (fenced)
       heartbeat loop: every 5 s extends the leases of running and unreported jobs;
-      'cancelled' or 'lost' sets the job's cancel signal and its result is discarded
+      'cancelled' or 'lost' sets the job's cancel signal and its result is discarded;
+      'done' means a report committed whose answer is still on its way (or was lost)
 
 Round trips are batched: one claim and one start_many per batch, in one statement (one
 commit before the handlers run), completions flushed together. Heartbeats and completion
@@ -276,8 +277,14 @@ class Worker:
         )
 
     async def _report(self, call: str, query: str, params: list[Any]) -> bool:
-        """A single fenced call, retried while the database is unreachable; True when accepted."""
+        """A single fenced call, retried while the database is unreachable; True when accepted.
+
+        A connection lost mid-call leaves the outcome unknown: the call may have committed.
+        Sending it again is safe, because the database answers a repeat by the fence's owner
+        with outcome 'already_applied' and changes nothing.
+        """
         backoff = 0.2
+        retried = False
         while True:
             try:
                 rows = await self._call(query, params)
@@ -287,6 +294,7 @@ class Worker:
                 log.warning(
                     "%s of job %s failed (%s); retrying", call, params[0], type(exc).__name__
                 )
+                retried = True
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
@@ -295,6 +303,8 @@ class Worker:
                 log.info(
                     "%s of job %s refused: %s", call, params[0], rows[0]["detail"] if rows else ""
                 )
+            elif retried and rows[0]["outcome"] == "already_applied":
+                log.info("%s of job %s had landed before the connection dropped", call, params[0])
             return accepted
 
     # -- heartbeat ---------------------------------------------------------------

@@ -2,9 +2,13 @@
 --
 -- A worker finishing hundreds of short jobs a second reports them in batches (River's
 -- batch completer); the audit row of each execution is closed in the same statement.
--- Fenced per job like codity.complete. Locks: the UPDATE locks the matching rows; the
--- worker never sends a heartbeat and a batch at the same time, so lock order between
--- its own calls cannot deadlock. Caller: the Python worker's completer.
+-- Fenced per job: a stale fence changes nothing and is recorded ('stale'); a job already
+-- completed with this fence — a repeat after a lost COMMIT — is accepted as
+-- 'already_applied' and changes nothing, so a client may always resend a batch whose
+-- outcome it does not know. A job named twice is completed once, with the first result.
+-- Locks: the UPDATE locks the matching rows; the worker never sends a heartbeat and a
+-- batch at the same time, so lock order between its own calls cannot deadlock.
+-- Callers: the Python worker's completer, codity.complete.
 
 CREATE OR REPLACE FUNCTION codity.complete_many(
     p_job_ids bigint[],
@@ -12,7 +16,13 @@ CREATE OR REPLACE FUNCTION codity.complete_many(
     p_results jsonb[] DEFAULT NULL,
     p_now timestamptz DEFAULT now()
 )
-RETURNS TABLE (job_id bigint, accepted boolean, job_status codity.job_status, detail text)
+RETURNS TABLE (
+    job_id bigint,
+    accepted boolean,
+    outcome codity.call_outcome,
+    job_status codity.job_status,
+    detail text
+)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -21,6 +31,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_done bigint[];
+    v_big record;
 BEGIN
     PERFORM codity._check_clock(p_now);
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
@@ -29,14 +40,25 @@ BEGIN
                         cardinality(p_job_ids), cardinality(p_results)
             USING ERRCODE = 'CD010';
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_results) AS r(result) WHERE octet_length(r.result::text) > 65536) THEN
-        RAISE EXCEPTION 'a result is larger than 65536 bytes' USING ERRCODE = 'CD011';
+    SELECT r.ord, octet_length(r.result::text) AS size INTO v_big
+    FROM unnest(p_results) WITH ORDINALITY AS r(result, ord)
+    WHERE octet_length(r.result::text) > 65536
+    ORDER BY r.ord
+    LIMIT 1;
+    IF v_big.ord IS NOT NULL THEN
+        RAISE EXCEPTION '%', CASE WHEN cardinality(p_job_ids) = 1
+                                  THEN format('result is %s bytes; the limit is 65536', v_big.size)
+                                  ELSE format('result of job %s is %s bytes; the limit is 65536',
+                                              p_job_ids[v_big.ord], v_big.size) END
+            USING ERRCODE = 'CD011',
+                  HINT = 'Store large results elsewhere and return a reference.';
     END IF;
     PERFORM codity._check_transition('running', 'completed');
 
     WITH batch AS (
-        SELECT b.job_id, b.fence, p_results[b.ord] AS result
+        SELECT DISTINCT ON (b.job_id, b.fence) b.job_id, b.fence, p_results[b.ord] AS result
         FROM unnest(p_job_ids, p_fences) WITH ORDINALITY AS b(job_id, fence, ord)
+        ORDER BY b.job_id, b.fence, b.ord
     ),
     done AS (
         UPDATE codity.jobs j
@@ -54,16 +76,20 @@ BEGIN
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM done d;
 
     RETURN QUERY
-    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_done, 'completed', 'complete_many', p_now);
+    SELECT * FROM codity._fenced_batch_outcome(
+        p_job_ids, p_fences, v_done, 'completed', 'completed', 'complete', p_now);
 END;
 $$;
 
 COMMENT ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) IS
 'Complete a batch of running jobs in one call, with optional results; fenced per job like codity.complete.
 
-One row per job: accepted = false (nothing changed, rejection recorded) where the fence is
-stale. A job that is held with a current fence but not running raises CD020. Raises CD010
-(arrays of different lengths or with NULLs), CD011 (a result over 64 KB).
+One row per input position, in order. outcome is applied; already_applied (completed
+before with this fence, e.g. the batch is being resent after a lost COMMIT, or a repeat
+within the batch: nothing changed); or stale (accepted = false, nothing changed, rejection
+recorded). A job that is held with a current fence but not running raises CD020. Raises
+CD003 (unknown job), CD010 (arrays of different lengths or with NULLs), CD011 (a result
+over 64 KB).
 Example: SELECT * FROM codity.complete_many(ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
 
 REVOKE ALL ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) FROM PUBLIC;

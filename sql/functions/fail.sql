@@ -1,6 +1,8 @@
 -- codity.fail: running -> failed -> scheduled (retry) or dead_letter.
 --
--- Fenced like complete. The attempt was charged at claim; when it was the last one
+-- Fenced like complete: a stale fence changes nothing (outcome 'stale', recorded); the same
+-- call repeated by the fence's owner after a lost COMMIT finds its execution already closed
+-- as failed and answers 'already_applied', changing nothing. The attempt was charged at claim; when it was the last one
 -- (attempt >= max_attempts) or the failure is not retryable, the job is dead-lettered
 -- with its payload and reason copied. Otherwise it is scheduled after
 -- codity.backoff_delay (clamped, full jitter) and codity.promote queues it when due.
@@ -13,7 +15,13 @@ CREATE OR REPLACE FUNCTION codity.fail(
     p_retryable boolean DEFAULT true,
     p_now timestamptz DEFAULT now()
 )
-RETURNS TABLE (accepted boolean, job_status codity.job_status, retry_at timestamptz, detail text)
+RETURNS TABLE (
+    accepted boolean,
+    outcome codity.call_outcome,
+    job_status codity.job_status,
+    retry_at timestamptz,
+    detail text
+)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -30,7 +38,15 @@ BEGIN
     PERFORM codity._check_clock(p_now);
     v_job := codity._lock_fenced_job(p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
-        RETURN QUERY SELECT false, v_job.status, NULL::timestamptz,
+        IF EXISTS (SELECT 1 FROM codity.job_executions x
+                   WHERE x.job_id = p_job_id AND x.execution_seq = p_fence AND x.status = 'failed') THEN
+            RETURN QUERY SELECT true, 'already_applied'::codity.call_outcome, v_job.status,
+                                CASE WHEN v_job.status = 'scheduled' AND v_job.execution_seq = p_fence
+                                     THEN v_job.run_at END,
+                                pg_catalog.format('already failed with fence %s; nothing changed', p_fence);
+            RETURN;
+        END IF;
+        RETURN QUERY SELECT false, 'stale'::codity.call_outcome, v_job.status, NULL::timestamptz,
                             codity._reject_stale(v_job, 'fail', p_fence, p_now);
         RETURN;
     END IF;
@@ -47,7 +63,8 @@ BEGIN
                          ELSE format('failed: max attempts reached (%s/%s)', v_job.attempt, v_job.max_attempts) END;
         UPDATE codity.jobs j SET last_error = v_error WHERE j.id = p_job_id;
         PERFORM codity._dead_letter(p_job_id, v_reason, v_error, p_now);
-        RETURN QUERY SELECT true, 'dead_letter'::codity.job_status, NULL::timestamptz, v_reason;
+        RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'dead_letter'::codity.job_status,
+                            NULL::timestamptz, v_reason;
         RETURN;
     END IF;
 
@@ -58,7 +75,7 @@ BEGIN
     SET status = 'scheduled', run_at = v_retry_at, lock_expires_at = NULL,
         last_error = v_error, updated_at = p_now
     WHERE j.id = p_job_id;
-    RETURN QUERY SELECT true, 'scheduled'::codity.job_status, v_retry_at,
+    RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'scheduled'::codity.job_status, v_retry_at,
                         format('retry %s of %s scheduled', v_job.attempt + 1, v_job.max_attempts);
 END;
 $$;
@@ -68,9 +85,10 @@ COMMENT ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) IS
 
 The job is dead-lettered when its attempts are used up or p_retryable is false; otherwise
 it is scheduled at now + codity.backoff_delay(...) and retry_at says when. The error text
-is kept (truncated to 8 KB) on the execution and the job. Returns accepted = false and
-changes nothing when the fence is stale. Raises CD003 (unknown job), CD010 (NULL fence),
-CD020 (e.g. failing a job that never started).
+is kept (truncated to 8 KB) on the execution and the job. outcome: applied;
+already_applied (this fence already failed: a repeat after a lost COMMIT; nothing changed);
+stale (accepted = false, nothing changed, the rejection is recorded). Raises CD003
+(unknown job), CD010 (NULL fence), CD020 (e.g. failing a job that never started).
 Example: SELECT * FROM codity.fail(42, 1, ''SMTPError: 451 try later'');';
 
 REVOKE ALL ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) FROM PUBLIC;

@@ -2,9 +2,11 @@
 --
 -- Updates the worker's last_heartbeat_at and extends the lease of each listed job whose
 -- fence still matches and that this worker still holds. Every listed job comes back with
--- a state: 'extended', 'cancelled' (an operator cancelled it: stop the handler) or 'lost'
--- (reaped or reclaimed: stop the handler, its result will be refused). Lost calls are
--- recorded like any stale fence.
+-- a state: 'extended', 'cancelled' (an operator cancelled it: stop the handler), 'done'
+-- (this worker's own complete, fail or release with that fence already committed — its
+-- answer may have been lost on the way back: stop heartbeating it, nothing is recorded) or
+-- 'lost' (reaped or reclaimed: stop the handler, its result will be refused). Lost calls
+-- are recorded like any stale fence.
 --
 -- Against the reaper: both write the same rows. If the heartbeat commits first the lease
 -- is in the future and the reaper, which repeats its whole condition in its UPDATE, leaves
@@ -71,6 +73,12 @@ BEGIN
         SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = v_pair.job_id;
         IF v_job.id IS NOT NULL AND v_job.status = 'cancelled' AND v_job.execution_seq = v_pair.fence THEN
             RETURN QUERY SELECT v_pair.job_id, v_pair.fence, 'cancelled'::text;
+        ELSIF EXISTS (
+            SELECT 1 FROM codity.job_executions x
+            WHERE x.job_id = v_pair.job_id AND x.execution_seq = v_pair.fence
+              AND x.worker_id = p_worker_id AND x.status IN ('completed', 'failed', 'released')
+        ) THEN
+            RETURN QUERY SELECT v_pair.job_id, v_pair.fence, 'done'::text;
         ELSE
             IF v_job.id IS NOT NULL THEN
                 PERFORM codity._reject_stale(v_job, 'heartbeat', v_pair.fence, p_now);
@@ -84,8 +92,9 @@ $$;
 COMMENT ON FUNCTION codity.heartbeat(bigint, bigint[], integer[], timestamptz) IS
 'Record a worker''s liveness and extend the leases of the jobs it lists (with their fences).
 
-Each listed job comes back as extended, cancelled (stop it: an operator cancelled it) or
-lost (stop it: it was reaped or reclaimed; its result will be refused). Raises CD004
+Each listed job comes back as extended; cancelled (stop it: an operator cancelled it);
+done (your own complete, fail or release with that fence already committed: stop
+heartbeating it); or lost (stop it: it was reaped or reclaimed; its result will be refused). Raises CD004
 (unknown worker), CD005 (deregistered worker), CD010 (arrays of different lengths, or a NULL in
 either).
 Example: SELECT * FROM codity.heartbeat(1, ARRAY[42, 43]::bigint[], ARRAY[1, 2]);';

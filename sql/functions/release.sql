@@ -2,7 +2,9 @@
 --
 -- Aborted is not failed: a worker draining on SIGTERM releases what it could not finish,
 -- and that attempt is refunded (execution status 'released', attempt_refunded = true).
--- Fenced like complete. Locks the one job row; NOTIFY wakes another worker.
+-- Fenced like complete ('stale' when the fence is no longer current; 'already_applied'
+-- when this fence's execution was already released, e.g. a repeat after a lost COMMIT).
+-- Locks the one job row; NOTIFY wakes another worker.
 -- Callers: the worker's drain, codity.deregister_worker.
 
 CREATE OR REPLACE FUNCTION codity.release(
@@ -10,7 +12,7 @@ CREATE OR REPLACE FUNCTION codity.release(
     p_fence integer,
     p_now timestamptz DEFAULT now()
 )
-RETURNS TABLE (accepted boolean, job_status codity.job_status, detail text)
+RETURNS TABLE (accepted boolean, outcome codity.call_outcome, job_status codity.job_status, detail text)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -23,7 +25,14 @@ BEGIN
     PERFORM codity._check_clock(p_now);
     v_job := codity._lock_fenced_job(p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
-        RETURN QUERY SELECT false, v_job.status, codity._reject_stale(v_job, 'release', p_fence, p_now);
+        IF EXISTS (SELECT 1 FROM codity.job_executions x
+                   WHERE x.job_id = p_job_id AND x.execution_seq = p_fence AND x.status = 'released') THEN
+            RETURN QUERY SELECT true, 'already_applied'::codity.call_outcome, v_job.status,
+                                pg_catalog.format('already released with fence %s; nothing changed', p_fence);
+            RETURN;
+        END IF;
+        RETURN QUERY SELECT false, 'stale'::codity.call_outcome, v_job.status,
+                            codity._reject_stale(v_job, 'release', p_fence, p_now);
         RETURN;
     END IF;
     PERFORM codity._check_transition(v_job.status, 'queued', v_job.id);
@@ -35,13 +44,17 @@ BEGIN
     SET status = 'released', finished_at = p_now, attempt_refunded = true
     WHERE x.job_id = p_job_id AND x.execution_seq = p_fence;
     PERFORM codity._notify(v_job.queue_id);
-    RETURN QUERY SELECT true, 'queued'::codity.job_status, 'released; attempt not charged'::text;
+    RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'queued'::codity.job_status,
+                        'released; attempt not charged'::text;
 END;
 $$;
 
 COMMENT ON FUNCTION codity.release(bigint, integer, timestamptz) IS
 'Return a held job to the queue without charging its attempt (graceful drain); fenced.
 
+outcome: applied; already_applied (this fence was already released: a repeat after a lost
+COMMIT; nothing changed); stale (accepted = false, nothing changed, rejection recorded).
+Raises CD003 (unknown job), CD010 (NULL fence).
 Example: SELECT * FROM codity.release(42, 1);';
 
 REVOKE ALL ON FUNCTION codity.release(bigint, integer, timestamptz) FROM PUBLIC;

@@ -1,17 +1,25 @@
 -- codity.start_many: claimed -> running for a batch of jobs, in one round trip.
 --
 -- The worker starts every job of a claim batch at once; a round trip per job would cap
--- throughput at the network's latency. Same fencing as codity.start: a job whose fence is
--- stale (reaped, reclaimed, cancelled) is left alone, recorded, and reported not accepted.
+-- throughput at the network's latency. Fenced per job: a job whose fence is stale
+-- (reaped, reclaimed, cancelled) is left alone, recorded, and reported not accepted
+-- (outcome 'stale'); one already started with this fence — a repeat after a lost COMMIT —
+-- is accepted as 'already_applied' and changes nothing.
 -- Locks: the UPDATE locks the matching rows; one worker's jobs are never in two batches.
--- Caller: the Python worker after each claim.
+-- Callers: the Python worker after each claim (in the claim's statement), codity.start.
 
 CREATE OR REPLACE FUNCTION codity.start_many(
     p_job_ids bigint[],
     p_fences integer[],
     p_now timestamptz DEFAULT now()
 )
-RETURNS TABLE (job_id bigint, accepted boolean, job_status codity.job_status, detail text)
+RETURNS TABLE (
+    job_id bigint,
+    accepted boolean,
+    outcome codity.call_outcome,
+    job_status codity.job_status,
+    detail text
+)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
@@ -41,15 +49,19 @@ BEGIN
     SELECT coalesce(array_agg(s.id), '{}') INTO v_started FROM started s;
 
     RETURN QUERY
-    SELECT * FROM codity._fenced_batch_outcome(p_job_ids, p_fences, v_started, 'running', 'start_many', p_now);
+    SELECT * FROM codity._fenced_batch_outcome(
+        p_job_ids, p_fences, v_started, 'running', 'running', 'start', p_now);
 END;
 $$;
 
 COMMENT ON FUNCTION codity.start_many(bigint[], integer[], timestamptz) IS
 'Mark a batch of claimed jobs running in one call; fenced per job like codity.start.
 
-One row per job: accepted = false (nothing changed, rejection recorded) where the fence is
-stale. Raises CD010 when the arrays differ in length or hold NULLs.
+One row per input position, in order. outcome is applied; already_applied (started before
+with this fence, or a repeat within the batch: nothing changed); or stale (accepted =
+false, nothing changed, rejection recorded in fence_rejections). Raises CD003 (unknown
+job), CD010 (arrays of different lengths or with NULLs), CD020 (a held job with a current
+fence that may not start).
 Example: SELECT * FROM codity.start_many(ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
 
 REVOKE ALL ON FUNCTION codity.start_many(bigint[], integer[], timestamptz) FROM PUBLIC;
