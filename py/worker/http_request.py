@@ -1,146 +1,139 @@
 """The built-in ``http_request`` task: call a URL, guarded against SSRF (see ssrf.py).
 
-Payload::
+Payload (only ``url`` is required; any other field is refused)::
 
     {"url": "https://api.example.com/hook", "method": "POST",
      "headers": {"X-Token": "..."}, "json": {...} | "body": "...", "timeout_s": 10}
 
 The host is resolved once and every address checked; the connection goes to a checked
 address (TLS still verifies the certificate against the host name); every redirect is
-checked the same way. Time, redirects and response bytes are capped. 2xx completes the
-job with the status and the first bytes of the body; 408, 429 and 5xx raise a retryable
-error; any other status, a refused destination or a malformed payload is not retryable.
+checked the same way. ``timeout_s`` (default 10, at most 60) is one deadline for the whole
+call: every name lookup, connect, TLS handshake, send and read of every hop, so a server
+that drips bytes is cut off at the deadline. Redirects and response bytes are capped too.
+
+A payload may not set ``Host`` (the connection is pinned to the checked address of the
+URL's host: another Host would reach a virtual host nobody checked) nor the framing and
+hop-by-hop headers. Once a redirect leaves the job's origin (scheme, host or port), only
+``_CROSS_ORIGIN_HEADERS`` go on: credentials of any name stay behind for the rest of the call.
+
+2xx completes the job with the status and the first bytes of the body; 408, 425, 429, 5xx
+(``HttpStatusError``), the deadline (``HttpTimeoutError``) and network errors are retried;
+any other status, a refused destination or a malformed payload raise ``NonRetryable``.
+Messages and logs name fields, never their values.
+
+This module holds the handler, its redirects and its limits; the payload's checks are in
+_http_payload.py, the deadline and the pinned connection in _http_deadline.py.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import socket
-import ssl
-import time
-from typing import Any
-from urllib.parse import urljoin, urlsplit
+from dataclasses import replace
+from typing import Any, NamedTuple
+from urllib.parse import urljoin
 
+from codity.worker._http_deadline import Deadline, PinnedConnection, resolve_within
+from codity.worker._http_payload import Request, non_retryable, parse_payload, parse_url
 from codity.worker.context import JobContext
-from codity.worker.registry import NonRetryable, Registry
-from codity.worker.ssrf import Allowlist, BlockedDestination, IPAddress, resolve_checked
+from codity.worker.registry import Registry
+from codity.worker.ssrf import Allowlist, BlockedDestination
 
-__all__ = ["HttpStatusError", "register_http_request"]
+__all__ = ["HttpStatusError", "HttpTimeoutError", "register_http_request"]
 
 MAX_REDIRECTS = 5
 MAX_RESPONSE_BYTES = 1 << 20
+DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 60.0
 KEPT_BODY_CHARS = 4096
-_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 _RETRYABLE_STATUS = {408, 425, 429}
+_REDIRECT_STATUS = {301, 302, 303, 307, 308}
+# What follows a redirect to another origin: headers that describe the request, none that
+# vouch for the sender. Stricter than requests, curl and httpx (which drop Authorization
+# and Cookie) because a job's credential is as often a custom header such as X-Api-Key.
+_CROSS_ORIGIN_HEADERS = frozenset(
+    {"accept", "accept-language", "cache-control", "user-agent"}
+    | {"content-type", "content-encoding", "content-language"}
+)
 
 
 class HttpStatusError(Exception):
     """The server answered with a status that means "try again later"."""
 
 
-class _PinnedHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, host: str, port: int, address: IPAddress, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self._address = address
+class HttpTimeoutError(Exception):
+    """The call did not finish within its deadline; retried, like a network error.
 
-    def connect(self) -> None:
-        self.sock = socket.create_connection((str(self._address), self.port), self.timeout)
+    Not a ``TimeoutError``: the worker reports those as its own job timeout.
+    """
 
 
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int, address: IPAddress, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
-        self._address = address
-
-    def connect(self) -> None:
-        raw = socket.create_connection((str(self._address), self.port), self.timeout)
-        self.sock = self._context.wrap_socket(raw, server_hostname=self.host)  # type: ignore[attr-defined]
+class _Answer(NamedTuple):
+    status: int
+    location: str | None
+    data: bytes
 
 
-def _bad(message: str) -> NonRetryable:
-    return NonRetryable(f"http_request: {message}")
+# -- the call --------------------------------------------------------------------------------
 
 
-def _request_once(
-    url: str,
-    method: str,
-    headers: dict[str, str],
-    body: bytes | None,
-    deadline: float,
-    allowlist: Allowlist,
-) -> tuple[int, dict[str, str], bytes]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _bad(f"only http and https URLs with a host are allowed, got {url!r}")
-    if parts.username or parts.password:
-        raise _bad("credentials in the URL are not allowed; use a header")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def _request_once(hop: Request, deadline: Deadline, allowlist: Allowlist) -> _Answer:
     try:
-        addresses = resolve_checked(parts.hostname, port, allowlist)
+        address = resolve_within(hop.target, allowlist, deadline)
     except BlockedDestination as exc:
-        raise _bad(str(exc)) from exc
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError("http_request: time limit reached")
-    cls = _PinnedHTTPSConnection if parts.scheme == "https" else _PinnedHTTPConnection
-    conn = cls(parts.hostname, port, addresses[0], timeout=remaining)
-    try:
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        conn.request(method, path, body=body, headers=headers)
+        raise non_retryable(str(exc)) from exc
+    with PinnedConnection(hop.target, address, deadline) as conn:
+        conn.request(hop.method, hop.target.path, body=hop.body, headers=hop.headers)
         response = conn.getresponse()
         data = response.read(MAX_RESPONSE_BYTES + 1)
         if len(data) > MAX_RESPONSE_BYTES:
-            raise _bad(f"response larger than {MAX_RESPONSE_BYTES} bytes")
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-    finally:
-        conn.close()
+            raise non_retryable(f"response larger than {MAX_RESPONSE_BYTES} bytes")
+        return _Answer(response.status, response.getheader("location"), data)
+
+
+def _next_hop(hop: Request, status: int, location: str, origin: tuple[str, str, int]) -> Request:
+    """The request a redirect asks for, with only the headers it may still carry."""
+    target = parse_url(urljoin(hop.target.url, location), "redirect Location")
+    method, body, headers = hop.method, hop.body, hop.headers
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        method, body = "GET", None
+        headers = {k: v for k, v in headers.items() if not k.lower().startswith("content-")}
+    if target.origin != origin:  # for good: a later hop back to the origin gets them no more
+        headers = {k: v for k, v in headers.items() if k.lower() in _CROSS_ORIGIN_HEADERS}
+    return replace(hop, target=target, method=method, body=body, headers=headers)
+
+
+def _follow(request: Request, deadline: Deadline, allowlist: Allowlist, ctx: JobContext) -> _Answer:
+    hop = request
+    for _ in range(MAX_REDIRECTS + 1):
+        if ctx.is_cancelled:
+            raise non_retryable("cancelled")
+        answer = _request_once(hop, deadline, allowlist)
+        if answer.status not in _REDIRECT_STATUS or answer.location is None:
+            return answer
+        sent = len(hop.headers)
+        hop = _next_hop(hop, answer.status, answer.location, request.target.origin)
+        ctx.logger.info(
+            "redirected (%d), %d header(s) dropped", answer.status, sent - len(hop.headers)
+        )
+    raise non_retryable(f"more than {MAX_REDIRECTS} redirects")
 
 
 def http_request(payload: Any, ctx: JobContext) -> dict[str, Any]:
-    if not isinstance(payload, dict) or not isinstance(payload.get("url"), str):
-        raise _bad('payload must be an object with a "url" string')
-    method = str(payload.get("method", "GET")).upper()
-    if method not in _METHODS:
-        raise _bad(f"method must be one of {sorted(_METHODS)}, got {method!r}")
-    headers = payload.get("headers") or {}
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        raise _bad("headers must be an object of strings")
-    body: bytes | None = None
-    if "json" in payload:
-        body = json.dumps(payload["json"]).encode()
-        headers = {"Content-Type": "application/json", **headers}
-    elif isinstance(payload.get("body"), str):
-        body = payload["body"].encode()
-    timeout = min(float(payload.get("timeout_s", 10)), MAX_TIMEOUT_S)
-    deadline = time.monotonic() + timeout
+    request = parse_payload(
+        payload, default_timeout_s=DEFAULT_TIMEOUT_S, max_timeout_s=MAX_TIMEOUT_S
+    )
+    deadline = Deadline(request.timeout_s)
     allowlist = Allowlist.parse(os.environ.get("HTTP_HANDLER_ALLOWLIST"))
-
-    url = payload["url"]
-    for _hop in range(MAX_REDIRECTS + 1):
-        if ctx.is_cancelled:
-            raise _bad("cancelled")
-        status, response_headers, data = _request_once(
-            url, method, headers, body, deadline, allowlist
-        )
-        if status in (301, 302, 303, 307, 308) and "location" in response_headers:
-            url = urljoin(url, response_headers["location"])
-            if status == 303 or (status in (301, 302) and method == "POST"):
-                method, body = "GET", None
-            ctx.logger.info("redirected (%d)", status)
-            continue
-        break
-    else:
-        raise _bad(f"more than {MAX_REDIRECTS} redirects")
-
+    try:
+        status, _location, data = _follow(request, deadline, allowlist, ctx)
+    except TimeoutError as exc:
+        raise HttpTimeoutError(
+            f"http_request: no complete answer within {request.timeout_s:g} s"
+        ) from exc
     if status in _RETRYABLE_STATUS or status >= 500:
         raise HttpStatusError(f"HTTP {status}")
     if not 200 <= status < 300:
-        raise _bad(f"HTTP {status}")
+        raise non_retryable(f"HTTP {status}")
     ctx.logger.info("HTTP %d, %d bytes", status, len(data))
     return {
         "status": status,
@@ -150,5 +143,9 @@ def http_request(payload: Any, ctx: JobContext) -> dict[str, Any]:
 
 
 def register_http_request(registry: Registry) -> None:
-    """Add the ``http_request`` task to a registry."""
+    """Add the ``http_request`` task to a registry.
+
+    The registry has no per-task time limit, so the handler keeps its own: no payload holds
+    a worker slot longer than MAX_TIMEOUT_S (plus the last blocking call's return).
+    """
     registry.task("http_request")(http_request)
