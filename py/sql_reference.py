@@ -46,6 +46,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "CD020": "illegal lifecycle transition (the message names both states)",
     "CD021": "already done (e.g. a dead letter replayed twice)",
     "CD022": "not permitted: only a superuser or a member of codity_clock may pass p_now",
+    "CD023": "not permitted: the worker did not register for that queue",
 }
 
 _FUNCTIONS = """

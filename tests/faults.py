@@ -40,8 +40,8 @@ class Patch:
 _NAIVE_CLAIM = (
     Patch(
         "claim.sql",
-        "    v_worker_status codity.worker_status;\nBEGIN\n",
-        "    v_worker_status codity.worker_status;\n    v_picked bigint[];\nBEGIN\n",
+        "    v_queue codity.queues;\nBEGIN\n",
+        "    v_queue codity.queues;\n    v_picked bigint[];\nBEGIN\n",
     ),
     Patch(
         "claim.sql",
@@ -148,6 +148,22 @@ _REPEAT_IS_STALE = (
     ),
 )
 
+# --- any_queue -------------------------------------------------------------------------------
+# claim forgets whose worker it is: the queue is looked up in the default project and the
+# worker's registered queues are not checked (the behaviour before migration 0006).
+_ANY_QUEUE = (
+    Patch(
+        "claim.sql",
+        "v_queue := codity._queue(p_queue, v_worker.project_id);",
+        "v_queue := codity._queue(p_queue, NULL);  -- FAULT any_queue",
+    ),
+    Patch(
+        "claim.sql",
+        "IF cardinality(v_worker.queues) > 0 AND NOT (p_queue = ANY (v_worker.queues)) THEN",
+        "IF false THEN  -- FAULT any_queue",
+    ),
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
@@ -155,6 +171,7 @@ _PATCHES: dict[str, tuple[Patch, ...]] = {
     "pg_temp_first": _PG_TEMP_FIRST,
     "open_clock": _OPEN_CLOCK,
     "repeat_is_stale": _REPEAT_IS_STALE,
+    "any_queue": _ANY_QUEUE,
 }
 
 FAULTS: dict[str, str] = {
@@ -164,6 +181,7 @@ FAULTS: dict[str, str] = {
     "pg_temp_first": "definer functions pin search_path without pg_temp, so it is searched first",
     "open_clock": "p_now moves the clock for every caller, not only superusers and codity_clock",
     "repeat_is_stale": "a call repeated by its fence's owner is refused and recorded as stale",
+    "any_queue": "claim ignores the worker's project and registered queues",
 }
 
 

@@ -73,6 +73,11 @@ _WORKER = (
         "SELECT codity.register_worker('w1', ARRAY['emails'], 5, 'host-a', 42{now})",
         save="worker",
     ),
+    Call(
+        "worker_queues",
+        "SELECT * FROM codity.worker_queues(%(worker)s)",
+        lambda env: {"worker": env["worker"][0]["register_worker"]},
+    ),
     Call("enqueue", "SELECT * FROM codity.enqueue('emails', 'emails.send', '{\"n\": 1}'{now})"),
     Call(
         "enqueue_many",

@@ -96,6 +96,7 @@ def _one(conn: Conn, query: str, params: list[Any] | None = None) -> Any:
 
 def _build_world(conn: Conn, url: str) -> World:
     conn.execute("SELECT codity.create_queue('emails', p_max_attempts => 1)")
+    conn.execute("SELECT codity.create_queue('reports')")
     worker = int(_one(conn, "SELECT codity.register_worker('worker-ok', ARRAY['emails'])"))
     stopped = int(_one(conn, "SELECT codity.register_worker('worker-stopped')"))
     conn.execute("SELECT codity.deregister_worker(%s)", [stopped])
@@ -541,6 +542,13 @@ CASES = [
         NotPermitted,
         ("only tests may move the clock", "codity_worker"),
         as_role="codity_worker",
+    ),
+    Case(
+        "claim-from-a-queue-not-registered-for",
+        "SELECT * FROM codity.claim(%(worker)s, 'reports')",
+        "CD023",
+        NotPermitted,
+        ('worker {worker} may not claim from queue "reports"',),
     ),
 ]
 

@@ -111,7 +111,8 @@ CATALOGUE_QUERIES = {
 REVIEWED_SECURITY_DEFINER = {
     "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
-    "codity.claim(bigint,text,integer,bigint,timestamp with time zone)",
+    "codity.claim(bigint,text,integer,timestamp with time zone)",
+    "codity.worker_queues(bigint)",
     "codity.complete(bigint,integer,jsonb,timestamp with time zone)",
     "codity.cron_next(text,timestamp with time zone,text)",
     "codity.cron_validate(text,text)",
@@ -163,6 +164,7 @@ WORKER_PROTOCOL = {
     "release",
     "enqueue",
     "enqueue_many",
+    "worker_queues",
 }
 # Pure arithmetic a worker may use to show its own retry plan; reads and writes nothing.
 WORKER_PURE_HELPERS = {"backoff_delay"}
@@ -170,6 +172,17 @@ WORKER_PURE_HELPERS = {"backoff_delay"}
 READONLY_VIEWS = {"queue_overview", "worker_overview", "schedule_overview"}
 # Reference data, not state: the state diagram itself (a table, granted by 0001_schema).
 READONLY_REFERENCE_TABLES = {"job_transitions"}
+# The views run with the caller's rights (security_invoker), so the installation-wide read
+# role reads the operational tables under them; never an auth table.
+READONLY_OPERATIONAL_TABLES = {
+    "queues",
+    "jobs",
+    "job_executions",
+    "dead_letters",
+    "scheduled_jobs",
+    "workers",
+    "fence_rejections",
+}
 
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 ROLES = ("codity_worker", "codity_app", "codity_readonly")
@@ -489,25 +502,31 @@ def test_worker_role_cannot_read_jobs_but_runs_the_protocol_end_to_end(conn: Con
     assert statuses == [("completed",), ("scheduled",), ("queued",)]
 
 
-def test_readonly_role_reads_the_views_but_no_table_and_cannot_claim(conn: Conn) -> None:
+def test_readonly_role_reads_views_and_operational_tables_only_and_writes_nothing(
+    conn: Conn,
+) -> None:
     tables = _relations(conn, "rpf")
-    readable = {t for t in tables if _table_privileges(conn, "codity_readonly", t)}
-    assert readable == READONLY_REFERENCE_TABLES
+    readable = {t: p for t in tables if (p := _table_privileges(conn, "codity_readonly", t))}
+    assert set(readable) == READONLY_REFERENCE_TABLES | READONLY_OPERATIONAL_TABLES
+    assert all(p == ["SELECT"] for p in readable.values()), readable
     assert {
         v
         for v in _relations(conn, "v")
         if _table_privileges(conn, "codity_readonly", v) == ["SELECT"]
     } == READONLY_VIEWS
 
+    conn.execute("SELECT codity.create_queue('emails')")
     worker = conn.execute("SELECT codity.register_worker('w1')").fetchone()
     assert worker is not None
-    conn.execute("SELECT codity.create_queue('emails')")
     conn.execute("SET ROLE codity_readonly")
     for view in sorted(READONLY_VIEWS):
         conn.execute(f"SELECT * FROM codity.{view}").fetchall()
     assert conn.execute("SELECT queue FROM codity.queue_overview").fetchall() == [("emails",)]
+    assert conn.execute("SELECT count(*) FROM codity.workers").fetchone() == (1,)
     with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.jobs")
+        conn.execute("SELECT * FROM codity.users")
+    with pytest.raises(errors.InsufficientPrivilege):
+        conn.execute("UPDATE codity.jobs SET priority = 1")
     with pytest.raises(errors.InsufficientPrivilege):
         conn.execute("SELECT * FROM codity.claim(%s, 'emails')", [worker[0]])
     with pytest.raises(errors.InsufficientPrivilege):
@@ -576,7 +595,7 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(conn: Conn) -> Non
 
     row = conn.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc p"
-        " WHERE p.oid = 'codity.claim(bigint,text,integer,bigint,timestamptz)'::regprocedure"
+        " WHERE p.oid = 'codity.claim(bigint,text,integer,timestamptz)'::regprocedure"
     ).fetchone()
     assert row is not None
     picked = re.search(r"picked AS MATERIALIZED \((.*?)\n\s*\),", str(row[0]), re.S)

@@ -32,6 +32,7 @@ def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
         "pg_temp_first",
         "open_clock",
         "repeat_is_stale",
+        "any_queue",
     }
     for name, description in FAULTS.items():
         assert description and "\n" not in description, name
@@ -125,3 +126,16 @@ def test_repeat_check_detects_an_owners_repeat_refused_as_stale(db_url: str, cal
     assert first[:2] == (True, "applied")
     assert again[:2] == (False, "stale")
     assert rejections == (1,)
+
+
+def test_scope_check_detects_a_claim_outside_the_workers_queues(db_url: str) -> None:
+    inject(db_url, "any_queue")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT codity.create_queue('emails')")
+        conn.execute("SELECT codity.create_queue('reports')")
+        conn.execute("SELECT codity.enqueue('reports', 'not-mine')")
+        (worker,) = conn.execute(
+            "SELECT codity.register_worker('w', ARRAY['emails'])"
+        ).fetchone() or (0,)
+        claimed = conn.execute("SELECT task FROM codity.claim(%s, 'reports')", [worker]).fetchall()
+    assert claimed == [("not-mine",)]

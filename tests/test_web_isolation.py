@@ -67,7 +67,7 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     worker = _one(conn, "SELECT codity.register_worker('w', ARRAY['empty'], 1, 'h', 1, %s)", [p])
     conn.execute("SELECT * FROM codity.enqueue('empty', 'doomed', p_project_id => %s)", [p])
     job, fence = conn.execute(
-        "SELECT job_id, fence FROM codity.claim(%s, 'empty', 1, %s)", [worker, p]
+        "SELECT job_id, fence FROM codity.claim(%s, 'empty', 1)", [worker]
     ).fetchone() or (0, 0)
     conn.execute("SELECT * FROM codity.start(%s, %s)", [job, fence])
     conn.execute("SELECT * FROM codity.fail(%s, %s, 'boom')", [job, fence])

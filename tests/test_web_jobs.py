@@ -76,7 +76,7 @@ def claim_and_start(
     conn: psycopg.Connection, tenant: Tenant, worker: int, queue: str = "emails"
 ) -> tuple[int, int]:
     row = conn.execute(
-        "SELECT job_id, fence FROM codity.claim(%s, %s, 1, %s)", [worker, queue, tenant.project_id]
+        "SELECT job_id, fence FROM codity.claim(%s, %s, 1)", [worker, queue]
     ).fetchone()
     assert row is not None, "nothing to claim"
     conn.execute("SELECT * FROM codity.start(%s, %s)", [row[0], row[1]])

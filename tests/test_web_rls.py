@@ -1,8 +1,9 @@
 """The database's own wall between tenants: row-level security keyed on the project.
 
 As codity_app with tenant A's settings, a query with no WHERE at all sees A's rows and
-none of B's, in every project-keyed table. Break it first: with RLS disabled on a table,
-the same check sees B's rows (the detector below reports it).
+none of B's, in every project-keyed table and every view (the views run with the caller's
+rights, security_invoker). Break it first: with RLS disabled on a table, or a view running
+with its owner's rights again, the same check sees B's rows (the detector below reports it).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ PROJECT_TABLES = (
     "scheduled_jobs",
     "workers",
     "api_keys",
+    "fence_rejections",
 )
 ORG_TABLES = ("projects", "memberships")
+VIEWS = ("queue_overview", "worker_overview", "schedule_overview")
 
 
 def _populate(conn: psycopg.Connection, tenant: Tenant) -> None:
@@ -36,11 +39,13 @@ def _populate(conn: psycopg.Connection, tenant: Tenant) -> None:
     ).fetchone()
     assert worker is not None
     claimed = conn.execute(
-        "SELECT job_id, fence FROM codity.claim(%s, 'emails', 1, %s)", [worker[0], p]
+        "SELECT job_id, fence FROM codity.claim(%s, 'emails', 1)", [worker[0]]
     ).fetchall()
     for job_id, fence in claimed:
         conn.execute("SELECT * FROM codity.start(%s, %s)", [job_id, fence])
         conn.execute("SELECT * FROM codity.fail(%s, %s, 'boom')", [job_id, fence])
+        # A stale call, so fence_rejections has a row of this tenant.
+        conn.execute("SELECT * FROM codity.complete(%s, %s)", [job_id, fence])
     conn.execute(
         "SELECT * FROM codity.create_schedule('nightly', 'emails', '0 2 * * *', 't', '{}',"
         " 'UTC', 0, %s)",
@@ -89,6 +94,12 @@ def leaks(conn: psycopg.Connection, viewer: Tenant, other: Tenant) -> list[str]:
         ).fetchone()
         assert row is not None
         expected[table] = row[0]
+    for view in VIEWS:
+        row = conn.execute(
+            f"SELECT count(*) FROM codity.{view} WHERE project_id = %s", [viewer.project_id]
+        ).fetchone()
+        assert row is not None
+        expected[view] = row[0]
 
     found = []
     with conn.transaction():
@@ -108,7 +119,7 @@ def test_the_app_role_sees_only_its_tenants_rows_without_any_where(
     conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
 ) -> None:
     a, b = two_tenants
-    for table in PROJECT_TABLES + ORG_TABLES:
+    for table in PROJECT_TABLES + ORG_TABLES + VIEWS:
         row = conn.execute(f"SELECT count(*) FROM codity.{table}").fetchone()
         assert row is not None and row[0] > 0, f"{table} is empty: the check would prove nothing"
     assert leaks(conn, a, b) == []
@@ -120,7 +131,7 @@ def test_no_tenant_set_means_no_rows(
 ) -> None:
     with conn.transaction():
         conn.execute("SELECT set_config('role', 'codity_app', true)")
-        for table in PROJECT_TABLES + ORG_TABLES:
+        for table in PROJECT_TABLES + ORG_TABLES + VIEWS:
             assert conn.execute(f"SELECT count(*) FROM codity.{table}").fetchone() == (0,), table
 
 
@@ -132,6 +143,16 @@ def test_disabling_rls_on_a_table_is_detected(
     a, b = two_tenants
     conn.execute(f"ALTER TABLE codity.{table} DISABLE ROW LEVEL SECURITY")
     assert table in leaks(conn, a, b)
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_view_running_with_its_owners_rights_is_detected(
+    conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant], view: str
+) -> None:
+    """Break it first: with its owner's rights a view bypasses RLS (the bug of migration 2)."""
+    a, b = two_tenants
+    conn.execute(f"ALTER VIEW codity.{view} SET (security_invoker = false)")
+    assert view in leaks(conn, a, b)
 
 
 def test_the_app_role_cannot_turn_rls_off_or_write_job_state(

@@ -10,7 +10,8 @@ docs/SQL_API.md). Python branches on the code, never on message text::
     ├── WorkerNotActive          CD005 the worker is stopped or was declared dead
     ├── IllegalTransition        CD020 a lifecycle transition the state diagram forbids
     ├── Conflict                 CD021 the operation was already done (e.g. replayed)
-    └── NotPermitted             CD022 only tests may move the clock (p_now)
+    └── NotPermitted             CD022 only tests may move the clock (p_now),
+                                 CD023 a worker claiming from a queue it did not register for
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ SQLSTATES: dict[str, type[CodityError]] = {
     "CD020": IllegalTransition,
     "CD021": Conflict,
     "CD022": NotPermitted,
+    "CD023": NotPermitted,
 }
 
 

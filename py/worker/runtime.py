@@ -58,7 +58,7 @@ T = TypeVar("T")
 # No batch lock: these jobs are not yet known to the heartbeat or the completer.
 CLAIM_AND_START = """
 WITH claimed AS MATERIALIZED (
-    SELECT * FROM codity.claim(%s, %s, %s, %s) WITH ORDINALITY AS c
+    SELECT * FROM codity.claim(%s, %s, %s) WITH ORDINALITY AS c
 ),
 started AS MATERIALIZED (
     SELECT s.job_id, s.accepted
@@ -208,9 +208,7 @@ class Worker:
         return claimed
 
     async def _claim_and_start(self, queue: str, limit: int) -> int:
-        rows = await self._call(
-            CLAIM_AND_START, [self.worker_id, queue, limit, self.config.project_id]
-        )
+        rows = await self._call(CLAIM_AND_START, [self.worker_id, queue, limit])
         for row in rows:
             if row["accepted"]:
                 self._spawn(queue, row)

@@ -20,12 +20,17 @@
 -- Every claimed job gets a new execution_seq (the fence token) and an execution row.
 -- The attempt is charged here; reap and release give it back.
 -- A paused queue hands out nothing. Callers: the Python worker, any client.
+--
+-- Least privilege: the queue is looked up in the worker's own project (the worker row says
+-- which; there is no project argument to get wrong), and must be one the worker registered
+-- for — any queue of its project when it registered with none (CD023 otherwise). Capacity
+-- is not enforced here: it would need the worker's held jobs counted across queues on
+-- every claim (docs/DESIGN_DECISIONS.md 27); the worker keeps to it itself.
 
 CREATE OR REPLACE FUNCTION codity.claim(
     p_worker_id bigint,
     p_queue text,
     p_limit integer DEFAULT 1,
-    p_project_id bigint DEFAULT NULL,
     p_now timestamptz DEFAULT now()
 )
 RETURNS TABLE (
@@ -48,20 +53,27 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue codity.queues := codity._queue(p_queue, p_project_id);
-    v_worker_status codity.worker_status;
+    v_worker record;
+    v_queue codity.queues;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'limit must be from 1 to 1000, got %', p_limit USING ERRCODE = 'CD010';
     END IF;
-    SELECT w.status INTO v_worker_status FROM codity.workers w WHERE w.id = p_worker_id;
-    IF v_worker_status IS NULL THEN
+    SELECT w.status, w.project_id, w.queues INTO v_worker FROM codity.workers w WHERE w.id = p_worker_id;
+    IF v_worker.status IS NULL THEN
         RAISE EXCEPTION 'worker % does not exist', p_worker_id
             USING ERRCODE = 'CD004', HINT = 'Register with codity.register_worker first.';
-    ELSIF v_worker_status <> 'active' THEN
-        RAISE EXCEPTION 'worker % is %; it may not claim', p_worker_id, v_worker_status
+    ELSIF v_worker.status <> 'active' THEN
+        RAISE EXCEPTION 'worker % is %; it may not claim', p_worker_id, v_worker.status
             USING ERRCODE = 'CD005', HINT = 'Register again to get a new worker id.';
+    END IF;
+    v_queue := codity._queue(p_queue, v_worker.project_id);
+    IF cardinality(v_worker.queues) > 0 AND NOT (p_queue = ANY (v_worker.queues)) THEN
+        RAISE EXCEPTION 'worker % may not claim from queue "%"', p_worker_id, p_queue
+            USING ERRCODE = 'CD023',
+                  DETAIL = pg_catalog.format('It registered for %s.', pg_catalog.array_to_string(v_worker.queues, ', ')),
+                  HINT = 'Register a worker for that queue.';
     END IF;
     IF v_queue.is_paused THEN
         RETURN;
@@ -105,16 +117,17 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.claim(bigint, text, integer, bigint, timestamptz) IS
+COMMENT ON FUNCTION codity.claim(bigint, text, integer, timestamptz) IS
 'Atomically claim up to p_limit due jobs of one queue for a worker; each comes with its fence token.
 
 FOR UPDATE SKIP LOCKED in priority DESC, run_at, id order: concurrent workers never get
 the same job. Each claimed job is charged an attempt, leased for the queue''s
 lease_seconds and given a new execution (fence = execution_seq) that start, heartbeat,
-complete, fail and release must present. A paused queue returns no rows. Raises CD001
-(unknown queue), CD004 (unknown worker), CD005 (worker not active), CD010 (limit outside
-1..1000).
+complete, fail and release must present. A paused queue returns no rows. The queue is one
+of the worker''s project, and one it registered for (any of its project''s when it named
+none). Raises CD001 (unknown queue), CD004 (unknown worker), CD005 (worker not active),
+CD010 (limit outside 1..1000), CD023 (the worker did not register for that queue).
 Example: SELECT * FROM codity.claim(1, ''emails'', 10);';
 
-REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, bigint, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, bigint, timestamptz) TO codity_app, codity_worker;
+REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, timestamptz) TO codity_app, codity_worker;

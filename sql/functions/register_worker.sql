@@ -1,7 +1,8 @@
 -- codity.register_worker: a worker announces itself and gets the id it claims with.
 --
--- The queues it names must exist (CD001), so a typo fails at start-up, not silently.
--- The worker belongs to the project (its queues' project; the API lists workers per project).
+-- The queues it names must exist (CD001), so a typo fails at start-up, not silently; it
+-- may claim from those only (codity.claim), or from any queue of its project when it names
+-- none. The worker belongs to the project (the API lists workers per project).
 -- Inserts one row; locks nothing else. Caller: the Python worker at start-up, any client.
 
 CREATE OR REPLACE FUNCTION codity.register_worker(
@@ -45,8 +46,12 @@ $$;
 COMMENT ON FUNCTION codity.register_worker(text, text[], integer, text, integer, bigint, timestamptz) IS
 'Register a worker (name, queues, capacity, host, pid) and return the id it claims with.
 
-Every queue named must exist in the project (CD001). The worker is active from now and
-must heartbeat; codity.sweep_workers declares it dead when it stops doing so.
+Every queue named must exist in the project (CD001). The worker may claim from those
+queues only (every queue of its project when it names none); codity.worker_queues gives
+their ids, which codity_v1 notifications carry. capacity is what the worker declares it
+runs at once: shown to operators, kept by the worker, not enforced by claim. The worker
+is active from now and must heartbeat; codity.sweep_workers declares it dead when it stops
+doing so.
 Example: SELECT codity.register_worker(''worker-1'', ARRAY[''emails''], 5, ''host-a'', 4242);';
 
 REVOKE ALL ON FUNCTION codity.register_worker(text, text[], integer, text, integer, bigint, timestamptz) FROM PUBLIC;
