@@ -133,6 +133,16 @@ _WORKER = (
         "SELECT * FROM codity.release(%(job)s, %(fence)s{now})",
         lambda env: dict(zip(("job", "fence"), _claimed(env, 3), strict=True)),
     ),
+    Call(
+        "get_job",
+        "SELECT * FROM codity.get_job(%(job)s)",
+        lambda env: {"job": _claimed(env, 0)[0]},
+    ),
+    Call(
+        "get_job_executions",
+        "SELECT * FROM codity.get_job_executions(%(job)s)",
+        lambda env: {"job": _claimed(env, 2)[0]},
+    ),
     Call("backoff_delay", "SELECT codity.backoff_delay('exponential', 1000, 60000, 3, 1.0)"),
     Call(
         "deregister_worker",
@@ -143,6 +153,16 @@ _WORKER = (
 
 _READ = (
     Call("backoff_delay", "SELECT codity.backoff_delay('linear', 500, 60000, 2, 0.5)"),
+    Call(
+        "get_job",
+        "SELECT * FROM codity.get_job(%(job)s)",
+        lambda env: {"job": env["dead_jobs"][2]},
+    ),
+    Call(
+        "get_job_executions",
+        "SELECT * FROM codity.get_job_executions(%(job)s)",
+        lambda env: {"job": env["dead_jobs"][2]},
+    ),
     Call(
         "cron_next",
         "SELECT codity.cron_next('*/15 9-17 * * MON-FRI', '2030-01-01 00:00Z', 'Europe/London')",
@@ -197,6 +217,11 @@ _APP = (
     Call(
         "rate_limit_hit",
         "SELECT * FROM codity.rate_limit_hit('auth:ip:10.0.0.7', 5, interval '15 minutes'{now})",
+    ),
+    Call(
+        "rate_limit_refund",
+        "SELECT * FROM codity.rate_limit_refund("
+        "'auth:ip:10.0.0.7', interval '15 minutes', now(){now})",
     ),
     Call(
         "api_key_identity",

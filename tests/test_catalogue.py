@@ -113,6 +113,8 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.cancel(bigint,bigint,timestamp with time zone)",
     "codity.claim(bigint,text,integer,timestamp with time zone)",
     "codity.worker_queues(bigint)",
+    "codity.get_job(bigint,bigint)",
+    "codity.get_job_executions(bigint,bigint)",
     "codity.complete(bigint,integer,jsonb,timestamp with time zone)",
     "codity.cron_next(text,timestamp with time zone,text)",
     "codity.cron_validate(text,text)",
@@ -133,6 +135,8 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.pause_schedule(text,bigint,timestamp with time zone)",
     "codity.promote(timestamp with time zone,integer)",
     "codity.rate_limit_hit(text,integer,interval,integer,timestamp with time zone)",
+    "codity.rate_limit_refund(text,interval,timestamp with time zone,integer,"
+    "timestamp with time zone)",
     "codity.reap(timestamp with time zone,integer)",
     "codity.register_worker(text,text[],integer,text,integer,bigint,timestamp with time zone)",
     "codity.release(bigint,integer,timestamp with time zone)",
@@ -165,11 +169,21 @@ WORKER_PROTOCOL = {
     "enqueue",
     "enqueue_many",
     "worker_queues",
+    "get_job",
+    "get_job_executions",
 }
 # Pure arithmetic a worker may use to show its own retry plan; reads and writes nothing.
 WORKER_PURE_HELPERS = {"backoff_delay"}
 
-READONLY_VIEWS = {"queue_overview", "worker_overview", "schedule_overview"}
+READONLY_VIEWS = {
+    "queue_overview",
+    "worker_overview",
+    "schedule_overview",
+    "job_overview",
+    "execution_overview",
+    "dead_letter_overview",
+    "fence_rejection_overview",
+}
 # Reference data, not state: the state diagram itself (a table, granted by 0001_schema).
 READONLY_REFERENCE_TABLES = {"job_transitions"}
 # The views run with the caller's rights (security_invoker), so the installation-wide read

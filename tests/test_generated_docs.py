@@ -1,7 +1,8 @@
 """The generated docs are current, and the claim's plan is what docs/EXPLAIN.md says.
 
 docs/SQL_API.md must equal what py/sql_reference.py renders from a freshly migrated
-database, and docs/API_CONTRACT.md's route table what ALL_ROUTES renders. The claim's
+database, docs/DATABASE.md's roles table what the grants say, and docs/API_CONTRACT.md's
+route table what ALL_ROUTES renders. The claim's
 selection must plan as Limit -> LockRows -> Index Scan using jobs_claim_idx with no Sort
 node, and the same check must fail once the index is gone.
 """
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from codity.explain import claim_plan, claim_plan_problems, explain_path, load_jobs
+from codity.roles_reference import database_doc_path, render_roles
 from codity.sql_reference import reference_path, render_reference
 from codity.web.reference import api_contract_path, render_route_table
 from codity.web.routes import ALL_ROUTES
@@ -33,6 +35,12 @@ def test_sql_reference_matches_the_catalogue(db_url: str) -> None:
         pytest.fail(
             "docs/SQL_API.md is stale: run ./codity sql-reference\n" + "\n".join(list(diff)[:60])
         )
+
+
+def test_database_roles_table_matches_the_grants(conn: psycopg.Connection) -> None:
+    assert render_roles(conn) in database_doc_path().read_text(encoding="utf-8"), (
+        "docs/DATABASE.md's roles table is stale: run ./codity sql-reference"
+    )
 
 
 def test_api_contract_route_table_matches_the_route_list() -> None:

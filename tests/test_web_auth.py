@@ -6,7 +6,8 @@ login; refresh tokens rotate, are stored only hashed, and reusing a rotated one 
 whole family (committed, although the request fails); logout revokes; a project the user
 cannot reach answers exactly like a missing one; every forged, expired or mis-addressed
 access token is refused with 401 and a Bearer challenge on a signed-in and a project route;
-the auth rate limits admit exactly 5 of 20 concurrent attempts, per account and per IP.
+the sign-in rate limits admit exactly their budget of 20 concurrent failures, per account
+across IPs and per IP (tests/test_auth_rate_limit.py proves the rest of their behaviour).
 """
 
 from __future__ import annotations
@@ -519,7 +520,7 @@ def test_missing_or_other_scheme_credentials_are_refused(db_url: str, header: st
 
 
 # ---------------------------------------------------------------------------------------
-# Auth rate limits under concurrency: 5 per 15 minutes, per account and per IP.
+# Sign-in rate limits under concurrency: failures per IP (5) and per account across IPs.
 # ---------------------------------------------------------------------------------------
 
 PROXIED = dataclasses.replace(SETTINGS, trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),))
@@ -527,8 +528,8 @@ PROXIED = dataclasses.replace(SETTINGS, trusted_proxies=(ipaddress.ip_network("1
 
 
 @contextmanager
-def _proxied_client(db_url: str) -> Iterator[TestClient]:
-    app = create_app(db_url, PROXIED)
+def _proxied_client(db_url: str, settings: WebSettings = PROXIED) -> Iterator[TestClient]:
+    app = create_app(db_url, settings)
     with TestClient(app, client=("127.0.0.1", 50000)) as client:
         yield client
 
@@ -561,12 +562,15 @@ def _assert_exactly_five_admitted(answers: list[Response], admitted_status: int)
 def test_account_limit_is_exact_under_concurrent_attempts(
     db_url: str, conn: psycopg.Connection
 ) -> None:
+    """One failure from each of 20 IPs: no IP reaches its own budget, the account's (5 here,
+    50 by default) admits exactly its size."""
     conn.execute(
         "INSERT INTO codity.users (email, password_hash) VALUES ('target@example.test', %s)",
         [hash_password(PASSWORD)],
     )
     attempts = [(f"10.0.0.{i}", "target@example.test") for i in range(1, 21)]
-    with _proxied_client(db_url) as client:
+    settings = dataclasses.replace(PROXIED, auth_account_attempts_per_window=5)
+    with _proxied_client(db_url, settings) as client:
         answers = _storm(client, attempts, "wrong-password-guess")
         _assert_exactly_five_admitted(answers, 401)
         # Locked for the window even with the right password, from a fresh IP.
@@ -594,6 +598,7 @@ def test_ip_limit_is_exact_across_accounts(db_url: str) -> None:
 def test_default_settings_limit_auth_to_five_per_fifteen_minutes() -> None:
     defaults = WebSettings(jwt_secret=b"z" * 32)
     assert (defaults.auth_attempts_per_window, defaults.auth_window_seconds) == (5, 900)
+    assert defaults.auth_account_attempts_per_window == 50
 
 
 def test_concurrent_uses_of_one_refresh_token_rotate_once(

@@ -26,7 +26,15 @@ PROJECT_TABLES = (
     "fence_rejections",
 )
 ORG_TABLES = ("projects", "memberships")
-VIEWS = ("queue_overview", "worker_overview", "schedule_overview")
+VIEWS = (
+    "queue_overview",
+    "worker_overview",
+    "schedule_overview",
+    "job_overview",
+    "execution_overview",
+    "dead_letter_overview",
+    "fence_rejection_overview",
+)
 
 
 def _populate(conn: psycopg.Connection, tenant: Tenant) -> None:

@@ -47,7 +47,10 @@ class Role(enum.IntEnum):
 
 class Limit(enum.Enum):
     AUTH = "auth"
-    """Counted per client IP and per account: 5 per 15 minutes."""
+    """Registration, charged by the mount per client IP and per email: 5 per 15 minutes."""
+    SIGN_IN = "sign-in"
+    """Failed sign-ins, counted by the handler itself (codity.web.ratelimit): 5 per client IP
+    and 50 per account across IPs, per 15 minutes; a success gives its hit back."""
     ENQUEUE = "enqueue"
     """Counted per project, one per job: 1,000 per minute."""
 

@@ -28,6 +28,9 @@ class WebSettings:
     max_body_bytes: int = 1024 * 1024
     max_json_depth: int = 32
     auth_attempts_per_window: int = 5
+    """Per client IP: failed sign-ins (login, refresh), and registrations, per window."""
+    auth_account_attempts_per_window: int = 50
+    """Per account, across every IP: failed logins per window (resists targeted lockout)."""
     auth_window_seconds: int = 15 * 60
     enqueues_per_minute: int = 1000
     cors_origins: tuple[str, ...] = ()

@@ -6,7 +6,9 @@
 -- limit on the row it locked, so concurrent callers serialize on that row and exactly
 -- p_limit hits are admitted per window; a refused call adds nothing. Older windows of the
 -- same bucket are deleted on the way. Locks one rate_limit_buckets row.
--- Callers: the web app (auth attempts per IP and per account, enqueues per project).
+-- Callers: the web app (failed sign-ins per IP and per account, reserved here before the
+-- password is checked and given back by codity.rate_limit_refund on success;
+-- registrations per IP and per email; enqueues per project).
 
 CREATE OR REPLACE FUNCTION codity.rate_limit_hit(
     p_bucket text,

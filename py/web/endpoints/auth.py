@@ -5,8 +5,14 @@ every project-scoped request) plus a refresh token (7 days, rotated on each use,
 ``codity.web.refresh``). Both name the org and project the session acts in, chosen here
 from the user's own memberships, never taken on trust: a project the user cannot reach
 answers exactly like one that does not exist. Wrong email and wrong password answer alike,
-in about the same time (``codity.web.passwords``). Register, login and refresh are charged
-against the auth rate limits by the mount before they run.
+in about the same time (``codity.web.passwords``).
+
+Rate limits (``codity.web.ratelimit``): login and refresh count *failures*. Each reserves
+its attempt (per client IP; a login also per account across IPs) in a committed
+transaction of its own before anything is checked, and gives it back when it ends in a
+session, so signing in often costs nothing, a refused attempt does no argon2 work, and
+failures stay exact under concurrency. Register is charged by the mount (``Limit.AUTH``),
+every attempt counting.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from psycopg import AsyncConnection
 from pydantic import AfterValidator, BaseModel, Field
 
 from codity.web.call import Call
-from codity.web.database import set_tenant
+from codity.web.database import set_tenant, transaction
 from codity.web.endpoint import Endpoint, Limit, Reply, Scope
 from codity.web.errors import ApiError, not_found
 from codity.web.fields import CONTROL, MAX_ID, Strict
@@ -31,6 +37,7 @@ from codity.web.passwords import (
     needs_rehash,
     verify_password_async,
 )
+from codity.web.ratelimit import reserve_sign_in
 from codity.web.refresh import (
     act_as_user,
     issue_refresh,
@@ -38,6 +45,7 @@ from codity.web.refresh import (
     revoke_user,
     rotate,
 )
+from codity.web.settings import WebSettings
 from codity.web.tokens import issue_access
 
 __all__ = ["ROUTES"]
@@ -120,18 +128,23 @@ def _invalid_credentials() -> ApiError:
 
 
 async def _session(
-    call: Call, *, user_id: int, org_id: int | None, project_id: int | None
+    conn: AsyncConnection[Any],
+    settings: WebSettings,
+    *,
+    user_id: int,
+    org_id: int | None,
+    project_id: int | None,
 ) -> dict[str, Any]:
     """A new sign-in: an access token and the first refresh token of a new family."""
     refresh = await issue_refresh(
-        call.conn, call.settings, user_id=user_id, org_id=org_id, project_id=project_id
+        conn, settings, user_id=user_id, org_id=org_id, project_id=project_id
     )
-    access, ttl = issue_access(call.settings, user_id=user_id, org_id=org_id, project_id=project_id)
+    access, ttl = issue_access(settings, user_id=user_id, org_id=org_id, project_id=project_id)
     return {
         "access_token": access,
         "expires_in": ttl,
         "refresh_token": refresh,
-        "refresh_expires_in": call.settings.refresh_ttl_seconds,
+        "refresh_expires_in": settings.refresh_ttl_seconds,
         "user_id": user_id,
         "org_id": org_id,
         "project_id": project_id,
@@ -228,44 +241,64 @@ async def register(call: Call) -> Reply:
     )
     await set_tenant(call.conn, org_id=None, project_id=None)
     log.info("user registered", extra={"user_id": user_id, "org_id": org_id})
-    session = await _session(call, user_id=user_id, org_id=org_id, project_id=project["id"])
+    session = await _session(
+        call.conn, call.settings, user_id=user_id, org_id=org_id, project_id=project["id"]
+    )
     return Reply(session, status=201)
 
 
 async def login(call: Call) -> dict[str, Any]:
+    """Runs without the request transaction (``uses_db=False``): the attempt is reserved
+    first, in a transaction that commits before the password is checked (a failure must
+    count, and a refused attempt must not reach argon2); the check and the session run in a
+    second one, which gives the reservation back as its last step, so only an attempt that
+    ends in a session is not counted."""
     assert isinstance(call.body, LoginBody)
     body = call.body
-    cur = await call.conn.execute(
-        "SELECT id, password_hash FROM codity.users WHERE email = %s", [body.email]
+    reservation = await reserve_sign_in(
+        call.pool, call.settings, ip=call.client_ip, account=body.email
     )
-    user = await cur.fetchone()
-    stored = None if user is None else str(user["password_hash"])
-    matched = await verify_password_async(stored, body.password)
-    if not matched or user is None or stored is None:
-        log.info("login refused", extra={"client_ip": call.client_ip})
-        raise _invalid_credentials()
-    user_id = int(user["id"])
-    if needs_rehash(stored):
-        await call.conn.execute(
-            "UPDATE codity.users SET password_hash = %s WHERE id = %s AND password_hash = %s",
-            [await hash_password_async(body.password), user_id, stored],
+    async with transaction(call.pool) as conn:
+        cur = await conn.execute(
+            "SELECT id, password_hash FROM codity.users WHERE email = %s", [body.email]
         )
-        log.info("password rehashed with current parameters", extra={"user_id": user_id})
-    await act_as_user(call.conn, user_id)
-    project_id: int | None = body.project_id
-    if project_id is None:
-        org_id, project_id = await _first_project(call.conn, user_id)
-    else:
-        org_id = await _member_project(call.conn, user_id, project_id)
+        user = await cur.fetchone()
+        stored = None if user is None else str(user["password_hash"])
+        matched = await verify_password_async(stored, body.password)
+        if not matched or user is None or stored is None:
+            log.info("login refused", extra={"client_ip": call.client_ip})
+            raise _invalid_credentials()
+        user_id = int(user["id"])
+        if needs_rehash(stored):
+            await conn.execute(
+                "UPDATE codity.users SET password_hash = %s WHERE id = %s AND password_hash = %s",
+                [await hash_password_async(body.password), user_id, stored],
+            )
+            log.info("password rehashed with current parameters", extra={"user_id": user_id})
+        await act_as_user(conn, user_id)
+        project_id: int | None = body.project_id
+        if project_id is None:
+            org_id, project_id = await _first_project(conn, user_id)
+        else:
+            org_id = await _member_project(conn, user_id, project_id)
+        session = await _session(
+            conn, call.settings, user_id=user_id, org_id=org_id, project_id=project_id
+        )
+        await reservation.refund(conn)
     log.info("login", extra={"user_id": user_id, "org_id": org_id, "project_id": project_id})
-    return await _session(call, user_id=user_id, org_id=org_id, project_id=project_id)
+    return session
 
 
 async def refresh(call: Call) -> dict[str, Any]:
-    """Runs without the request transaction (``uses_db=False``): ``rotate`` opens its own,
-    which commits a detected reuse's revocation even though the answer is a 401."""
+    """Runs without the request transaction (``uses_db=False``): the attempt is reserved
+    against the client IP's failed sign-ins first; ``rotate`` opens its own transaction,
+    which commits a detected reuse's revocation even though the answer is a 401; only a
+    rotation that succeeded gives the reservation back."""
     assert isinstance(call.body, RefreshBody)
+    reservation = await reserve_sign_in(call.pool, call.settings, ip=call.client_ip)
     rotated = await rotate(call.pool, call.settings, call.body.refresh_token)
+    async with transaction(call.pool) as conn:
+        await reservation.refund(conn)
     access, ttl = issue_access(
         call.settings,
         user_id=rotated.user_id,
@@ -325,7 +358,9 @@ async def switch(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, SwitchBody)
     user_id = call.user_id
     org_id = await _member_project(call.conn, user_id, call.body.project_id)
-    return await _session(call, user_id=user_id, org_id=org_id, project_id=call.body.project_id)
+    return await _session(
+        call.conn, call.settings, user_id=user_id, org_id=org_id, project_id=call.body.project_id
+    )
 
 
 _AUTH = "/api/v1/auth"
@@ -359,9 +394,10 @@ ROUTES = [
         "auth",
         body=LoginBody,
         response=Session,
-        limit=Limit.AUTH,
-        errors=(401, 404),
+        errors=(401, 404, 429, 503),
         example={"email": "operator@codity.test", "password": "correct-horse-battery-staple"},
+        limit=Limit.SIGN_IN,
+        uses_db=False,
     ),
     Endpoint(
         "POST",
@@ -372,9 +408,9 @@ ROUTES = [
         "auth",
         body=RefreshBody,
         response=Session,
-        limit=Limit.AUTH,
-        errors=(401, 503),
+        errors=(401, 429, 503),
         example={"refresh_token": "copy-the-refresh_token-from-login-here"},
+        limit=Limit.SIGN_IN,
         uses_db=False,
     ),
     Endpoint(
