@@ -69,8 +69,10 @@ ANY_LANGUAGE = """\
 ## Writing a worker in any language
 
 A worker is a loop over a handful of calls; `codity worker` (Python) is one, and
-[examples/](../examples/) holds one in Node (`pg`) and one in bash + psql, each under 150
-lines, run against a real database by the test suite.
+[examples/](../examples/) holds one in Node (`pg`) and one in bash + psql, each about 130
+lines of code, run against a real database by the test suite (`tests/test_examples.py`).
+From Node, note that `pg` returns bigint ids as strings and sends a JS array as a
+PostgreSQL array: pass results through `JSON.stringify`.
 
 1. **Connect** as a login role granted `codity_worker` only
    (`CREATE ROLE mailer LOGIN PASSWORD '...' IN ROLE codity_worker`). It may call the
