@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from codity.config import Settings, load_settings
 from codity.db import database_url, embedded_server, migrate
 from codity.db.embedded import EmbeddedServerError
+from codity.db.errors import CodityError
 from codity.stop_signal import StopSignal
 
 __all__ = ["main"]
@@ -58,10 +59,26 @@ def _stop_signal() -> StopSignal:
     return StopSignal().install(signal.SIGINT, signal.SIGTERM)
 
 
+def _url_without_starting(settings: Settings, command: str) -> str:
+    """Where a long-running process connects; it never starts the embedded server itself.
+
+    Only ``codity up`` and ``codity db start`` do: a worker restarted while the database is
+    stopped for maintenance must not bring it back. It waits for it instead (its loops retry).
+    """
+    url = database_url(settings, start=False)
+    if not settings.database_url and not embedded_server(settings).is_running():
+        print(
+            f"codity {command}: the embedded database is not running; waiting for it"
+            " (start it with `codity db start`, or run everything with `codity up`)",
+            file=sys.stderr,
+        )
+    return url
+
+
 def _cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from codity.scheduler import run_scheduler
 
-    url = database_url(settings)
+    url = _url_without_starting(settings, "scheduler")
     run_scheduler(url, args.tick_ms, _stop_signal())
     return 0
 
@@ -80,7 +97,7 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         listen=not args.no_listen,
         **({"name": args.name} if args.name else {}),
     )
-    run_worker(database_url(settings), registry, config)
+    run_worker(_url_without_starting(settings, "worker"), registry, config)
     return 0
 
 
@@ -330,6 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args, load_settings()))
     except EmbeddedServerError as exc:
         print(f"codity: {exc}", file=sys.stderr)
+        return 2
+    except CodityError as exc:  # the database refused what the command line asked for
+        hint = f" ({exc.hint})" if exc.hint else ""
+        print(f"codity: {exc.message}{hint} [{exc.sqlstate}]", file=sys.stderr)
         return 2
 
 

@@ -74,7 +74,8 @@ def claim_select() -> str:
     if not found:
         raise ValueError("no `picked AS MATERIALIZED (...)` CTE in sql/functions/claim.sql")
     body = " ".join(found["body"].split())
-    for variable, param in (("v_queue.id", "$1"), ("p_now", "$2"), ("p_limit", "$3")):
+    binds = (("v_queue.id", "$1"), ("p_now", "$2"), ("p_limit", "$3"), ("p_suspects", "true"))
+    for variable, param in binds:
         body = re.sub(rf"\b{re.escape(variable)}\b", param, body)
     if re.search(r"\b[pv]_\w+", body):
         raise ValueError(f"the claim's selection uses a variable this module cannot bind: {body}")

@@ -13,6 +13,7 @@ import time
 
 import psycopg
 
+from codity.backoff import Backoff, server_address
 from codity.stop_signal import StopSignal
 
 __all__ = ["run_scheduler"]
@@ -22,11 +23,12 @@ log = logging.getLogger(__name__)
 
 def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) -> None:
     """Tick until ``stop`` is set; reconnect with capped backoff when the database goes away."""
-    backoff = 0.5
+    backoff = Backoff()
+    server = server_address(url)
     while not stop.is_set():
         try:
             with psycopg.connect(url, autocommit=True, application_name="codity-scheduler") as conn:
-                backoff = 0.5
+                backoff.reset()
                 while not stop.is_set():
                     started = time.monotonic()
                     row = conn.execute("SELECT * FROM codity.tick()").fetchone()
@@ -39,6 +41,5 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                     elapsed = time.monotonic() - started
                     stop.wait(max(0.0, tick_ms / 1000 - elapsed))
         except psycopg.OperationalError as exc:
-            log.warning("database unavailable (%s); retrying in %.1fs", type(exc).__name__, backoff)
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 10.0)
+            log.warning("database unavailable (%s); retrying", type(exc).__name__)
+            backoff.wait_blocking(stop, server=server)

@@ -51,13 +51,14 @@ _NAIVE_CLAIM = (
     ),
     Patch(
         "claim.sql",
-        "        FOR UPDATE SKIP LOCKED\n    ),\n    claimed AS (\n",
+        "        FOR UPDATE SKIP LOCKED\n    ),\n    ranked AS (\n",
         "    ) AS candidate;\n"
         "    PERFORM pg_catalog.pg_sleep(0.001);\n"
         "    -- ... then update by id alone, in a second statement.\n"
         "    RETURN QUERY\n"
-        "    WITH picked AS (SELECT pg_catalog.unnest(v_picked) AS id),\n"
-        "    claimed AS (\n",
+        "    WITH picked AS (SELECT j.id, j.priority, j.run_at, j.crash_count\n"
+        "                    FROM codity.jobs j WHERE j.id = ANY (v_picked)),\n"
+        "    ranked AS (\n",
     ),
 )
 
@@ -164,6 +165,23 @@ _ANY_QUEUE = (
     ),
 )
 
+# --- no_isolation ------------------------------------------------------------------------
+# claim hands out jobs with a crash on record in any batch, beside healthy ones: a job that
+# kills its worker takes its batch mates down with it, to the crash cap.
+_NO_ISOLATION = (
+    Patch(
+        "claim.sql",
+        "        WHERE r.rn < coalesce((SELECT min(x.rn) FROM ranked x WHERE x.crash_count > 0),"
+        " p_limit + 1)\n           OR (r.rn = 1 AND r.crash_count > 0)\n",
+        "        WHERE true  -- FAULT no_isolation\n",
+    ),
+    Patch(
+        "claim.sql",
+        "AND (coalesce(p_suspects, true) OR j.crash_count = 0)",
+        "AND true  -- FAULT no_isolation",
+    ),
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
@@ -172,6 +190,7 @@ _PATCHES: dict[str, tuple[Patch, ...]] = {
     "open_clock": _OPEN_CLOCK,
     "repeat_is_stale": _REPEAT_IS_STALE,
     "any_queue": _ANY_QUEUE,
+    "no_isolation": _NO_ISOLATION,
 }
 
 FAULTS: dict[str, str] = {
@@ -182,6 +201,7 @@ FAULTS: dict[str, str] = {
     "open_clock": "p_now moves the clock for every caller, not only superusers and codity_clock",
     "repeat_is_stale": "a call repeated by its fence's owner is refused and recorded as stale",
     "any_queue": "claim ignores the worker's project and registered queues",
+    "no_isolation": "claim hands out jobs with a crash on record in any batch",
 }
 
 

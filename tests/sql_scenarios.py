@@ -228,6 +228,7 @@ _APP = (
         "SELECT * FROM codity.api_key_identity("
         "pg_catalog.sha256('cdy_nothing'::pg_catalog.bytea){now})",
     ),
+    Call("configure", "SELECT * FROM codity.configure(interval '20 seconds')"),
     Call("delete_schedule", "SELECT codity.delete_schedule('hourly')"),
     Call("delete_queue", "SELECT codity.delete_queue('webhooks', p_force => true)"),
     Call("current_project_id", "SELECT codity.current_project_id()"),

@@ -111,7 +111,7 @@ CATALOGUE_QUERIES = {
 REVIEWED_SECURITY_DEFINER = {
     "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
-    "codity.claim(bigint,text,integer,timestamp with time zone)",
+    "codity.claim(bigint,text,integer,boolean,timestamp with time zone)",
     "codity.worker_queues(bigint)",
     "codity.get_job(bigint,bigint)",
     "codity.get_job_executions(bigint,bigint)",
@@ -138,7 +138,9 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.rate_limit_refund(text,interval,timestamp with time zone,integer,"
     "timestamp with time zone)",
     "codity.reap(timestamp with time zone,integer)",
-    "codity.register_worker(text,text[],integer,text,integer,bigint,timestamp with time zone)",
+    "codity.register_worker(text,text[],integer,text,integer,bigint,numeric,"
+    "timestamp with time zone)",
+    "codity.configure(interval)",
     "codity.release(bigint,integer,timestamp with time zone)",
     "codity.replay_dead_letter(bigint,bigint,timestamp with time zone)",
     "codity.replay_dead_letters(bigint,text,text,timestamp with time zone,integer,"
@@ -184,8 +186,8 @@ READONLY_VIEWS = {
     "dead_letter_overview",
     "fence_rejection_overview",
 }
-# Reference data, not state: the state diagram itself (a table, granted by 0001_schema).
-READONLY_REFERENCE_TABLES = {"job_transitions"}
+# Reference data, not state: the state diagram (0001_schema) and the installation's settings.
+READONLY_REFERENCE_TABLES = {"job_transitions", "settings"}
 # The views run with the caller's rights (security_invoker), so the installation-wide read
 # role reads the operational tables under them; never an auth table.
 READONLY_OPERATIONAL_TABLES = {
@@ -609,7 +611,7 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(conn: Conn) -> Non
 
     row = conn.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc p"
-        " WHERE p.oid = 'codity.claim(bigint,text,integer,timestamptz)'::regprocedure"
+        " WHERE p.oid = 'codity.claim(bigint,text,integer,boolean,timestamptz)'::regprocedure"
     ).fetchone()
     assert row is not None
     picked = re.search(r"picked AS MATERIALIZED \((.*?)\n\s*\),", str(row[0]), re.S)

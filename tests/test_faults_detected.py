@@ -15,6 +15,7 @@ import pytest
 from psycopg import errors
 
 from tests import sql_scenarios
+from tests import test_worker_faults as worker_faults
 from tests.faults import FAULTS, inject, patched_sources
 from tests.logins import login_role
 from tests.test_call_outcomes import call_twice, hold_one_job
@@ -33,6 +34,7 @@ def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
         "open_clock",
         "repeat_is_stale",
         "any_queue",
+        "no_isolation",
     }
     for name, description in FAULTS.items():
         assert description and "\n" not in description, name
@@ -139,3 +141,14 @@ def test_scope_check_detects_a_claim_outside_the_workers_queues(db_url: str) -> 
         ).fetchone() or (0,)
         claimed = conn.execute("SELECT task FROM codity.claim(%s, 'reports')", [worker]).fetchall()
     assert claimed == [("not-mine",)]
+
+
+def test_isolation_check_detects_a_suspect_claimed_with_healthy_jobs(db_url: str) -> None:
+    inject(db_url, "no_isolation")
+    with (
+        pytest.raises(AssertionError, match="busy: no suspect"),
+        psycopg.connect(db_url, autocommit=True) as conn,
+    ):
+        worker_faults.test_a_job_with_a_crash_on_record_is_claimed_alone_and_only_by_an_idle_worker(
+            conn
+        )

@@ -304,6 +304,9 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
     """
     _queue(probe, "freeze")
     [job] = _enqueue(probe, "freeze", [{"task": "fault.hold", "payload": {"gate": "open-{fence}"}}])
+    # A worker that heartbeats once a minute must be allowed by the dead-worker threshold
+    # (the Ticker sweeps with its own, 15 s).
+    probe.execute("SELECT codity.configure(interval '5 minutes')")
     frozen = procs.worker("freeze", name="frozen", WORKER_HEARTBEAT_MS="60000")
     with Ticker(probe.url, interval=0.2):
         wait_until(

@@ -24,7 +24,7 @@ import psycopg
 
 from codity.bench._model import BenchOptions, Drain, Enqueue
 from codity.bench._workers import BenchError, WorkerProcesses
-from codity.worker.runtime import CLAIM_AND_START
+from codity.worker.claim import CLAIM_AND_START
 
 # A worker process keeps two statements in flight, its claim loop's and its completer's;
 # pgbench runs one loop per client, so it gets two clients per worker process.
@@ -64,16 +64,21 @@ WHERE j.queue_id = %s AND j.status IN ('queued', 'claimed', 'running')
 def _script() -> str:
     """The worker's loop for pgbench: its claim-and-start statement, then complete_many.
 
-    The worker's own statement (codity.worker.runtime.CLAIM_AND_START) with pgbench
+    The worker's own statement (codity.worker.claim.CLAIM_AND_START) with pgbench
     variables for its parameters; \\gset keeps what was started for the completion.
     """
     claim_and_start = CLAIM_AND_START.strip()
-    for variable in (":wid", ":queue", ":batch", "NULL"):  # worker, queue, limit, project
-        claim_and_start = claim_and_start.replace("%s", variable, 1)
+    for name, variable in (
+        ("worker", ":wid"),
+        ("queue", ":queue"),
+        ("limit", ":batch"),
+        ("suspects", "true"),
+    ):
+        claim_and_start = claim_and_start.replace(f"%({name})s", variable)
     return "\n".join([
         "\\set wid :wbase + :client_id",
-        "SELECT coalesce(pg_catalog.array_agg(r.job_id ORDER BY r.ordinality), '{}') AS ids,",
-        "       coalesce(pg_catalog.array_agg(r.fence ORDER BY r.ordinality), '{}') AS fences",
+        "SELECT coalesce(pg_catalog.array_agg(r.job_id ORDER BY r.job_id), '{}') AS ids,",
+        "       coalesce(pg_catalog.array_agg(r.fence ORDER BY r.job_id), '{}') AS fences",
         f"FROM ({claim_and_start}) AS r WHERE r.accepted",
         "\\gset",
         "SELECT count(*) AS completed",

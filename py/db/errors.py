@@ -17,9 +17,11 @@ docs/SQL_API.md). Python branches on the code, never on message text::
 from __future__ import annotations
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 __all__ = [
     "SQLSTATES",
+    "TRANSIENT",
     "CodityError",
     "Conflict",
     "IllegalTransition",
@@ -29,6 +31,11 @@ __all__ = [
     "WorkerNotActive",
     "translate",
 ]
+
+
+# The database is unreachable (connection refused or lost, backend terminated, server
+# restarting, no connection free in time): try again later. Anything else is an answer.
+TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 
 
 class CodityError(Exception):

@@ -1,26 +1,27 @@
 """The worker process: wake on NOTIFY, claim up to free capacity, run handlers, report back.
 
-All queue logic is in the database; this module only moves jobs between ``codity.*``
-calls and handlers::
+All queue logic is in the database; this module only moves jobs between ``codity.*`` calls
+and handlers::
 
-    LISTEN codity_v1 ─wake─▶ claim loop ─ claim(queue, free) + start_many ─▶ job tasks
-      (own connection;          │ a slow jittered poll                          │
-       wakes after every        │ as a safety net                               ▼
-       reconnect)               │                 handler ─ ok ──▶ Completer (complete_many)
-                                │                         └ error ▶ fail (fenced)
-      heartbeat loop: every 5 s extends the leases of running and unreported jobs;
-      'cancelled' or 'lost' sets the job's cancel signal and its result is discarded;
-      'done' means a report committed whose answer is still on its way (or was lost)
+    Listener ──wake──▶ claim loop ── claim + start_many (one statement) ──▶ job tasks
+    (LISTEN codity_v1,   │ a slow jittered poll                                │
+     self-ping)          │ as a safety net                                     ▼
+                         │                           handler ── ok / error ──▶ Reporter
+    heartbeat loop ── Reporter.heartbeat: every few seconds extends the leases of running
+    and unreported jobs; 'cancelled' or 'lost' sets the job's cancel signal (result dropped)
 
-Round trips are batched: one claim and one start_many per batch, in one statement (one
-commit before the handlers run), completions flushed together. Heartbeats and completion
-batches share a lock so that two multi-row updates of this worker's jobs never run at
-once (no lock-order deadlock between them).
+The Reporter (reporter.py) owns every outcome and the worker's one write lock; the Listener
+(listener.py) owns the wake-ups; this module owns the claim, the job tasks and shutdown.
+
+Crash isolation: a job whose lease expired before (``crashes > 0``) may be what killed a
+worker. The worker claims such a job only when it runs nothing else, and claims nothing
+while one runs, so a job that kills its process takes no healthy job down with it.
 
 On stop (SIGTERM/SIGINT) the claim loop ends, in-flight jobs get SHUTDOWN_GRACE_MS to
-finish, the rest are cancelled and released (attempt not charged), completions are
-flushed, the worker deregisters and the process exits 0. A database that goes away never
-kills the worker: every call retries with capped exponential backoff.
+finish, the rest are cancelled and released (attempt not charged), reports are flushed, the
+worker deregisters and the process exits 0. A database that goes away never kills the
+worker: every call in every loop is retried with capped backoff (codity.backoff), and the
+only errors that end the process are the ones a human must fix at start-up.
 """
 
 from __future__ import annotations
@@ -37,43 +38,27 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg.rows import class_row, dict_row
+from psycopg_pool import AsyncConnectionPool
 
-from codity.db.errors import CodityError, WorkerNotActive, translate
-from codity.worker.completer import Completer
+from codity.backoff import Backoff, server_address
+from codity.db.errors import TRANSIENT, CodityError, WorkerNotActive, translate
+from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
+from codity.worker.listener import Listener
 from codity.worker.registry import Registry, Task
+from codity.worker.reporter import Reporter
 
 __all__ = ["Worker", "WorkerConfig"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# codity.claim, then codity.start_many on what it claimed, in one statement: one round trip
-# and one commit (one WAL flush) between a wakeup and the handlers, and a start that fails
-# takes the claim back with it. start_many runs after the claim (its arguments are read
-# from it) and sees the claim's rows: a VOLATILE function takes a new snapshot per statement.
-# No batch lock: these jobs are not yet known to the heartbeat or the completer.
-CLAIM_AND_START = """
-WITH claimed AS MATERIALIZED (
-    SELECT * FROM codity.claim(%s, %s, %s) WITH ORDINALITY AS c
-),
-started AS MATERIALIZED (
-    SELECT s.job_id, s.accepted
-    FROM codity.start_many(ARRAY(SELECT c.job_id FROM claimed c ORDER BY c.ordinality),
-                           ARRAY(SELECT c.fence FROM claimed c ORDER BY c.ordinality)) AS s
-)
-SELECT c.*, s.accepted FROM claimed c JOIN started s ON s.job_id = c.job_id
-ORDER BY c.ordinality
-"""
-TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
-_MAX_ERROR = 4000
 # After the grace period, how long releases and the deregistration may take together. With
 # the database unreachable they give up then (the reaper requeues what was held, attempt
 # refunded) and the process exits, instead of retrying forever.
 _EXIT_REPORTS_S = 5.0
+_GIVE_UP_ON: tuple[type[BaseException], ...] = (*TRANSIENT, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -92,6 +77,7 @@ class WorkerConfig:
 class _Running:
     ctx: JobContext
     task: asyncio.Task[None]
+    suspect: bool
 
 
 class Worker:
@@ -104,12 +90,12 @@ class Worker:
         self.registry = registry
         self.config = config
         self.worker_id: int | None = None
+        self._server = server_address(url)
         self._pool: AsyncConnectionPool | None = None
         self._running: dict[int, _Running] = {}
         self._wake = asyncio.Event()
-        self._closing = asyncio.Event()
-        self._batch_lock = asyncio.Lock()
-        self._completer = Completer(self._call, self._batch_lock, TRANSIENT)
+        self._reporter = Reporter(self._call, self._server)
+        self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s))
         self._exit_reports_by: float | None = None  # loop time; set when draining starts
 
     # -- lifecycle -----------------------------------------------------------
@@ -134,33 +120,24 @@ class Worker:
                 self.worker_id,
                 self.config.queues,
             )
-            background.append(asyncio.create_task(self._completer.run()))
-            background.append(asyncio.create_task(self._heartbeat_loop()))
+            loops = [("reporter", self._reporter.run), ("heartbeat", self._heartbeat_loop)]
             if self.config.listen:
-                background.append(asyncio.create_task(self._listen_loop()))
+                loops.append(("listener", self._listener.run))
+            background += [asyncio.create_task(_forever(name, loop)) for name, loop in loops]
             await self._claim_loop(stop)
             await self._drain()
         finally:
-            self._closing.set()
+            self._reporter.give_up()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             if self.worker_id is not None:
-                with contextlib.suppress(*TRANSIENT, TimeoutError):
-                    async with asyncio.timeout_at(self._exit_deadline()):
-                        released = await self._call(
-                            "SELECT codity.deregister_worker(%s) AS n", [self.worker_id]
-                        )
-                    log.info(
-                        "worker %d deregistered (%s job(s) released)",
-                        self.worker_id,
-                        released[0]["n"],
-                    )
+                await self._deregister()
             await self._pool.close()
 
     async def _register(self) -> int:
         rows = await self._call(
-            "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s) AS id",
+            "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s, %s::numeric) AS id",
             [
                 self.config.name,
                 list(self.config.queues),
@@ -168,27 +145,49 @@ class Worker:
                 socket.gethostname(),
                 os.getpid(),
                 self.config.project_id,
+                self.config.heartbeat_s,
             ],
         )
         return int(rows[0]["id"])
 
+    async def _deregister(self) -> None:
+        try:
+            async with asyncio.timeout_at(self._exit_deadline()):
+                rows = await self._call(
+                    "SELECT codity.deregister_worker(%s) AS n", [self.worker_id]
+                )
+        except _GIVE_UP_ON as exc:
+            log.warning(
+                "worker %s not deregistered (%s); the sweep will declare it dead",
+                self.worker_id,
+                type(exc).__name__,
+            )
+            return
+        released = int(rows[0]["n"])
+        log.info(
+            "worker %d deregistered%s",
+            self.worker_id,
+            f"; {released} job(s) it still held were released" if released else "",
+        )
+
     # -- claiming ------------------------------------------------------------
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
-        backoff = 0.2
+        backoff = Backoff()
         while not stop.is_set():
             self._wake.clear()
             try:
                 claimed = await self._claim_once()
-                backoff = 0.2
+                backoff.reset()
             except TRANSIENT as exc:
-                log.warning("claim failed (%s); retrying in %.1fs", type(exc).__name__, backoff)
-                await _wait_any(stop, timeout=backoff)
-                backoff = min(backoff * 2, 10.0)
+                log.warning("claim failed (%s); retrying", type(exc).__name__)
+                await backoff.wait(server=self._server, stop=stop)
                 continue
             except WorkerNotActive:
-                # Declared dead while we were unreachable: a heartbeat makes us active again.
-                await self._heartbeat_once()
+                # Declared dead while we were unreachable: a heartbeat makes us active again
+                # (what was reaped meanwhile stays lost, and the heartbeat says so).
+                await self._heartbeat_safely()
+                await backoff.wait(server=self._server, stop=stop)
                 continue
             if claimed and self._free() > 0:
                 continue
@@ -196,6 +195,8 @@ class Worker:
             await _wait_any(stop, self._wake, timeout=poll)
 
     def _free(self) -> int:
+        if any(r.suspect for r in self._running.values()):
+            return 0  # a suspect runs alone
         return self.config.concurrency - len(self._running)
 
     async def _claim_once(self) -> int:
@@ -208,26 +209,37 @@ class Worker:
         return claimed
 
     async def _claim_and_start(self, queue: str, limit: int) -> int:
-        rows = await self._call(CLAIM_AND_START, [self.worker_id, queue, limit])
-        for row in rows:
-            if row["accepted"]:
-                self._spawn(queue, row)
-            else:
-                log.info("job %s was taken back before it started", row["job_id"])
-        return len(rows)
-
-    def _spawn(self, queue: str, row: dict[str, Any]) -> None:
-        ctx = JobContext(
-            job_id=row["job_id"],
-            attempt=row["attempt"],
-            fence=row["fence"],
-            queue=queue,
-            task=row["task"],
-            max_attempts=row["max_attempts"],
+        jobs = await self._call_typed(
+            CLAIM_AND_START,
+            {
+                "worker": self.worker_id,
+                "queue": queue,
+                "limit": limit,
+                # A job that crashed a worker before is taken only by an idle worker.
+                "suspects": not self._running,
+            },
         )
-        job = asyncio.create_task(self._run_job(ctx, row["payload"], row["timeout_seconds"]))
-        self._running[ctx.job_id] = _Running(ctx, job)
-        job.add_done_callback(functools.partial(self._finished, ctx.job_id))
+        for job in jobs:
+            if job.accepted:
+                self._spawn(queue, job)
+            else:
+                log.info("job %s was taken back before it started", job.job_id)
+        return len(jobs)
+
+    def _spawn(self, queue: str, job: ClaimedJob) -> None:
+        ctx = JobContext(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            fence=job.fence,
+            queue=queue,
+            task=job.task,
+            max_attempts=job.max_attempts,
+        )
+        if job.crashes:
+            ctx.logger.warning("its lease expired %d time(s) before: running it alone", job.crashes)
+        task = asyncio.create_task(self._run_job(ctx, job.payload, job.timeout_seconds))
+        self._running[ctx.job_id] = _Running(ctx, task, suspect=job.crashes > 0)
+        task.add_done_callback(functools.partial(self._finished, ctx.job_id))
 
     def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._running.pop(job_id, None)
@@ -237,121 +249,51 @@ class Worker:
 
     async def _run_job(self, ctx: JobContext, payload: Any, timeout_s: int | None) -> None:
         task = self.registry.get(ctx.task)
+        if task is None:
+            self._fail(ctx, f"UnknownTask: no handler registered for {ctx.task!r}", retryable=True)
+            return
         try:
-            if task is None:
-                await self._fail(
-                    ctx, f"UnknownTask: no handler registered for {ctx.task!r}", retryable=True
-                )
-                return
-            try:
-                result = await asyncio.wait_for(_invoke(task, payload, ctx), timeout_s)
-            except asyncio.CancelledError:
-                raise  # drain: the job is released by _drain
-            except TimeoutError:
-                await self._fail(
-                    ctx, f"Timeout: handler ran longer than {timeout_s}s", retryable=True
-                )
-                return
-            except Exception as exc:
-                message = f"{type(exc).__name__}: {exc}"
-                await self._fail(ctx, message, retryable=not isinstance(exc, task.non_retryable))
-                return
-            if ctx.is_cancelled:
-                ctx.logger.info("finished after its cancellation or lease loss; result discarded")
-                return
-            self._completer.add(ctx, _as_json(result))
-        except CodityError as exc:
-            # E.g. the job was deleted under us (CD003): nothing to report back to.
-            ctx.logger.error("abandoned: %s (%s)", exc.message, exc.sqlstate)
+            async with asyncio.timeout(timeout_s) as budget:
+                result = await _invoke(task, payload, ctx)
+        except asyncio.CancelledError:
+            raise  # drain: the job is released by _drain
+        except TimeoutError as exc:
+            if budget.expired():
+                self._fail(ctx, f"Timeout: handler ran longer than {timeout_s}s", retryable=True)
+            else:  # the handler's own TimeoutError: a failure like any other
+                self._fail(ctx, f"{type(exc).__name__}: {exc}", retryable=True)
+            return
+        except Exception as exc:
+            retryable = not isinstance(exc, task.non_retryable)
+            self._fail(ctx, f"{type(exc).__name__}: {exc}", retryable=retryable)
+            return
+        if ctx.is_cancelled:
+            ctx.logger.info("finished after its cancellation or lease loss; result discarded")
+            return
+        self._reporter.complete(ctx, result)
 
-    async def _fail(self, ctx: JobContext, message: str, *, retryable: bool) -> None:
+    def _fail(self, ctx: JobContext, message: str, *, retryable: bool) -> None:
         if ctx.is_cancelled:
             return
         ctx.logger.warning("failed: %s", message[:200])
-        await self._report(
-            "fail",
-            "SELECT * FROM codity.fail(%s, %s, %s, %s)",
-            [ctx.job_id, ctx.fence, message[:_MAX_ERROR], retryable],
-        )
-
-    async def _report(self, call: str, query: str, params: list[Any]) -> bool:
-        """A single fenced call, retried while the database is unreachable; True when accepted.
-
-        A connection lost mid-call leaves the outcome unknown: the call may have committed.
-        Sending it again is safe, because the database answers a repeat by the fence's owner
-        with outcome 'already_applied' and changes nothing.
-        """
-        backoff = 0.2
-        retried = False
-        while True:
-            try:
-                rows = await self._call(query, params)
-            except TRANSIENT as exc:
-                if self._closing.is_set():
-                    return False
-                log.warning(
-                    "%s of job %s failed (%s); retrying", call, params[0], type(exc).__name__
-                )
-                retried = True
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            accepted = bool(rows and rows[0]["accepted"])
-            if not accepted:
-                log.info(
-                    "%s of job %s refused: %s", call, params[0], rows[0]["detail"] if rows else ""
-                )
-            elif retried and rows[0]["outcome"] == "already_applied":
-                log.info("%s of job %s had landed before the connection dropped", call, params[0])
-            return accepted
+        self._reporter.fail(ctx, message, retryable=retryable)
 
     # -- heartbeat ---------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_s)
-            try:
-                await self._heartbeat_once()
-            except TRANSIENT as exc:
-                log.warning("heartbeat failed (%s)", type(exc).__name__)
+            await self._heartbeat_safely()
 
-    async def _heartbeat_once(self) -> None:
-        async with self._batch_lock:
-            # Taken under the lock: a completion flush that just ended has left pending().
-            held = [r.ctx for r in self._running.values()] + self._completer.pending()
-            rows = await self._call(
-                "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])",
-                [self.worker_id, [c.job_id for c in held], [c.fence for c in held]],
-            )
-        by_id = {c.job_id: c for c in held}
-        for row in rows:
-            ctx = by_id.get(row["job_id"])
-            if (
-                row["state"] in ("cancelled", "lost")
-                and ctx is not None
-                and ctx.fence == row["fence"]
-            ):
-                ctx.logger.warning("%s: stopping", row["state"])
-                ctx.cancelled.set()
-
-    # -- waking ----------------------------------------------------------------
-
-    async def _listen_loop(self) -> None:
-        backoff = 0.2
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, application_name="codity-listener"
-                ) as conn:
-                    await conn.execute("LISTEN codity_v1")
-                    backoff = 0.2
-                    self._wake.set()  # notifications sent while we were away are gone
-                    async for _notify in conn.notifies():
-                        self._wake.set()
-            except psycopg.OperationalError as exc:
-                log.warning("listener lost its connection (%s); reconnecting", type(exc).__name__)
-                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
-                backoff = min(backoff * 2, 10.0)
+    async def _heartbeat_safely(self) -> None:
+        """One heartbeat; a lost connection is only logged (the next one will do)."""
+        assert self.worker_id is not None
+        try:
+            await self._reporter.heartbeat(self.worker_id, [r.ctx for r in self._running.values()])
+        except TRANSIENT as exc:
+            log.warning("heartbeat failed (%s)", type(exc).__name__)
+        except CodityError as exc:  # CD005: someone deregistered this worker
+            log.error("heartbeat refused: %s (%s)", exc.message, exc.sqlstate)
 
     # -- draining --------------------------------------------------------------
 
@@ -366,22 +308,19 @@ class Worker:
             for entry in unfinished:
                 entry.ctx.cancelled.set()
                 entry.task.cancel()
-            try:
-                async with asyncio.timeout_at(self._exit_deadline()):
-                    for entry in unfinished:
-                        await self._report(
-                            "release",
-                            "SELECT * FROM codity.release(%s, %s)",
-                            [entry.ctx.job_id, entry.ctx.fence],
-                        )
-            except TimeoutError:
-                log.warning(
-                    "database unreachable: job(s) not released; the reaper will requeue them"
-                )
+                self._reporter.release(entry.ctx)
             await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
-        if not await self._completer.wait_idle(timeout=max(self.config.grace_s, 5.0)):
+            if unfinished:
+                log.info(
+                    "%d job(s) did not finish in time: releasing them (attempt not charged)",
+                    len(unfinished),
+                )
+        left = max(0.0, self._exit_deadline() - asyncio.get_running_loop().time())
+        if not await self._reporter.wait_idle(timeout=left):
+            self._reporter.give_up()
             log.warning(
-                "some completions could not be reported; their jobs will be reaped and rerun"
+                "database unreachable: some reports were not sent; the reaper will requeue"
+                " those jobs (attempt refunded)"
             )
 
     def _exit_deadline(self) -> float:
@@ -405,30 +344,48 @@ class Worker:
                 raise translated from exc
             raise
 
+    async def _call_typed(self, query: str, params: dict[str, Any]) -> list[ClaimedJob]:
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                cur = conn.cursor(row_factory=class_row(ClaimedJob))
+                await cur.execute(query, params)
+                return await cur.fetchall()
+        except psycopg.Error as exc:
+            translated = translate(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
+
     async def _retry(self, call: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T | None:
-        backoff = 0.2
+        backoff = Backoff()
         while not stop.is_set():
             try:
                 return await call()
             except TRANSIENT as exc:
-                log.warning(
-                    "database unavailable (%s); retrying in %.1fs", type(exc).__name__, backoff
-                )
-                await _wait_any(stop, timeout=backoff)
-                backoff = min(backoff * 2, 10.0)
+                log.warning("database unavailable (%s); retrying", type(exc).__name__)
+                await backoff.wait(server=self._server, stop=stop)
         return None
+
+
+async def _forever(name: str, loop: Callable[[], Awaitable[None]]) -> None:
+    """Run a background loop; if it ever dies of a bug, say so loudly and start it again."""
+    backoff = Backoff(first_s=1.0, cap_s=10.0)
+    while True:
+        try:
+            await loop()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the %s loop failed; restarting it", name)
+            await backoff.wait()
 
 
 async def _invoke(task: Task, payload: Any, ctx: JobContext) -> Any:
     if task.is_async:
         return await task.handler(payload, ctx)
     return await asyncio.to_thread(task.handler, payload, ctx)
-
-
-def _as_json(result: Any) -> Jsonb | None:
-    if result is None or not isinstance(result, dict | list | str | int | float | bool):
-        return None
-    return Jsonb(result)
 
 
 async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
@@ -438,3 +395,5 @@ async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
     finally:
         for w in waiters:
             w.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*waiters, return_exceptions=True)

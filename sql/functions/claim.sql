@@ -26,11 +26,19 @@
 -- for — any queue of its project when it registered with none (CD023 otherwise). Capacity
 -- is not enforced here: it would need the worker's held jobs counted across queues on
 -- every claim (docs/DESIGN_DECISIONS.md 27); the worker keeps to it itself.
+--
+-- Crash isolation: a job whose lease expired before (crash_count > 0, a "suspect") may be
+-- the one that kills its worker. Claimed in a batch with healthy jobs, it would take them
+-- down with it every time, and the crash cap would dead-letter them all. So a suspect is
+-- always claimed alone, and a caller that holds other jobs passes p_suspects => false to
+-- get none at all (the Python worker claims suspects only when idle, and claims nothing
+-- else while one runs). The crash is then pinned on the job that causes it.
 
 CREATE OR REPLACE FUNCTION codity.claim(
     p_worker_id bigint,
     p_queue text,
     p_limit integer DEFAULT 1,
+    p_suspects boolean DEFAULT true,
     p_now timestamptz DEFAULT now()
 )
 RETURNS TABLE (
@@ -44,7 +52,8 @@ RETURNS TABLE (
     run_at timestamptz,
     lease_expires_at timestamptz,
     timeout_seconds integer,
-    created_at timestamptz
+    created_at timestamptz,
+    crashes integer
 )
 LANGUAGE plpgsql
 VOLATILE
@@ -82,14 +91,29 @@ BEGIN
 
     RETURN QUERY
     WITH picked AS MATERIALIZED (
-        SELECT j.id
+        SELECT j.id, j.priority, j.run_at, j.crash_count
         FROM codity.jobs j
         WHERE j.queue_id = v_queue.id
           AND j.status = 'queued'
           AND j.run_at <= p_now
+          AND (coalesce(p_suspects, true) OR j.crash_count = 0)
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
+    ),
+    ranked AS (
+        SELECT p.id, p.crash_count,
+               pg_catalog.row_number() OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS rn
+        FROM picked p
+    ),
+    -- A suspect (a job with a crash on record) comes alone: when it is first in line the
+    -- batch is that one job, otherwise the batch stops before the first suspect. Rows
+    -- picked but not taken stay queued (their locks end with this transaction).
+    chosen AS (
+        SELECT r.id
+        FROM ranked r
+        WHERE r.rn < coalesce((SELECT min(x.rn) FROM ranked x WHERE x.crash_count > 0), p_limit + 1)
+           OR (r.rn = 1 AND r.crash_count > 0)
     ),
     claimed AS (
         UPDATE codity.jobs j
@@ -101,8 +125,8 @@ BEGIN
             attempt = j.attempt + 1,
             execution_seq = j.execution_seq + 1,
             updated_at = p_now
-        FROM picked
-        WHERE j.id = picked.id
+        FROM chosen
+        WHERE j.id = chosen.id
         RETURNING j.*
     ),
     executions AS (
@@ -111,13 +135,13 @@ BEGIN
         FROM claimed c
     )
     SELECT c.id, c.execution_seq, c.task, c.payload, c.attempt, c.max_attempts, c.priority,
-           c.run_at, c.lock_expires_at, v_queue.job_timeout_seconds, c.created_at
+           c.run_at, c.lock_expires_at, v_queue.job_timeout_seconds, c.created_at, c.crash_count
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
 END;
 $$;
 
-COMMENT ON FUNCTION codity.claim(bigint, text, integer, timestamptz) IS
+COMMENT ON FUNCTION codity.claim(bigint, text, integer, boolean, timestamptz) IS
 'Atomically claim up to p_limit due jobs of one queue for a worker; each comes with its fence token.
 
 FOR UPDATE SKIP LOCKED in priority DESC, run_at, id order: concurrent workers never get
@@ -125,9 +149,12 @@ the same job. Each claimed job is charged an attempt, leased for the queue''s
 lease_seconds and given a new execution (fence = execution_seq) that start, heartbeat,
 complete, fail and release must present. A paused queue returns no rows. The queue is one
 of the worker''s project, and one it registered for (any of its project''s when it named
-none). Raises CD001 (unknown queue), CD004 (unknown worker), CD005 (worker not active),
+none). A job with a crash on record (crashes > 0) comes alone in its batch, and not at
+all with p_suspects => false: pass that while the worker holds other jobs, so a job that
+kills its worker takes nothing healthy down with it. Raises CD001 (unknown queue), CD004
+(unknown worker), CD005 (worker not active),
 CD010 (limit outside 1..1000), CD023 (the worker did not register for that queue).
 Example: SELECT * FROM codity.claim(1, ''emails'', 10);';
 
-REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, timestamptz) TO codity_app, codity_worker;
+REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, boolean, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, boolean, timestamptz) TO codity_app, codity_worker;

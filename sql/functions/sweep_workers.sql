@@ -1,7 +1,8 @@
 -- codity.sweep_workers: declare dead the workers that stopped heartbeating.
 --
 -- Heartbeat-based recovery, faster than waiting out every lease: a worker silent for
--- p_stale_after (default 15 s, three missed 5-second heartbeats) is marked dead and the
+-- p_stale_after (default: the installation's worker_dead_after, 15 s unless changed with
+-- codity.configure — three missed 5-second heartbeats) is marked dead and the
 -- leases of the jobs it holds are cut to now, so the codity.reap that follows in the same
 -- codity.tick requeues them at once (attempt refunded). A worker that was only frozen and
 -- heartbeats again becomes active again; its fences are stale by then.
@@ -9,7 +10,7 @@
 
 CREATE OR REPLACE FUNCTION codity.sweep_workers(
     p_now timestamptz DEFAULT now(),
-    p_stale_after interval DEFAULT interval '15 seconds'
+    p_stale_after interval DEFAULT NULL
 )
 RETURNS TABLE (worker_id bigint, name text, last_heartbeat_at timestamptz, jobs_expired integer)
 LANGUAGE plpgsql
@@ -23,7 +24,10 @@ DECLARE
     v_expired integer;
 BEGIN
     PERFORM codity._check_clock(p_now);
-    IF p_stale_after IS NULL OR p_stale_after <= interval '0' THEN
+    IF p_stale_after IS NULL THEN
+        SELECT st.worker_dead_after INTO p_stale_after FROM codity.settings st;
+    END IF;
+    IF p_stale_after <= interval '0' THEN
         RAISE EXCEPTION 'stale_after must be a positive interval' USING ERRCODE = 'CD010';
     END IF;
     FOR v_worker IN
@@ -42,7 +46,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION codity.sweep_workers(timestamptz, interval) IS
-'Mark workers dead whose last heartbeat is older than p_stale_after and expire their leases now.
+'Mark workers dead whose last heartbeat is older than p_stale_after (NULL: the installation''s worker_dead_after) and expire their leases now.
 
 The reap that follows in codity.tick then requeues their jobs with the attempt refunded.
 Example: SELECT * FROM codity.sweep_workers();';

@@ -7,7 +7,7 @@
 
 CREATE OR REPLACE FUNCTION codity.tick(
     p_now timestamptz DEFAULT now(),
-    p_worker_stale_after interval DEFAULT interval '15 seconds'
+    p_worker_stale_after interval DEFAULT NULL
 )
 RETURNS TABLE (workers_dead integer, reaped integer, dead_lettered integer, promoted integer, materialized integer)
 LANGUAGE plpgsql
@@ -38,7 +38,8 @@ COMMENT ON FUNCTION codity.tick(timestamptz, interval) IS
 'Run sweep_workers, reap, promote and materialize_cron once; returns what each did.
 
 Call it every few seconds from the scheduler process or from pg_cron; any number of
-callers may run at once.
+callers may run at once. Workers silent for p_worker_stale_after (NULL: the
+installation''s worker_dead_after, see codity.configure) are declared dead.
 Example: SELECT * FROM codity.tick();';
 
 REVOKE ALL ON FUNCTION codity.tick(timestamptz, interval) FROM PUBLIC;

@@ -1,0 +1,119 @@
+"""The worker's wake-ups: LISTEN codity_v1 on a connection of its own, kept honest.
+
+A notification is a hint (a queue id): the claim loop claims at once. Notifications sent
+while the listener is disconnected are lost, so every (re)connect wakes the claim loop too.
+
+A half-open connection — the server's backend stopped or gone, the socket still open — would
+deliver nothing and raise nothing: pickup would silently fall back to the poll's pace. Two
+guards: TCP keepalives and ``tcp_user_timeout`` let the kernel notice a dead peer, and when
+nothing has arrived for ``ping_s`` the listener notifies itself on a private channel and
+must hear it back within ``ping_timeout_s``, or it drops the connection and reconnects.
+Reconnects back off (codity.backoff), probing the server so they happen at once when it is
+back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from codity.backoff import Backoff, server_address
+
+__all__ = ["CHANNEL", "Listener"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "codity_v1"
+# The kernel gives up on an unanswered peer after about this long (libpq connection options).
+_KEEPALIVE = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+
+
+class Listener:
+    def __init__(
+        self,
+        url: str,
+        wake: asyncio.Event,
+        *,
+        ping_s: float = 5.0,
+        ping_timeout_s: float = 2.0,
+    ) -> None:
+        self.url = url
+        self.wake = wake
+        self.ping_s = ping_s
+        self.ping_timeout_s = ping_timeout_s
+        self.reconnects = 0
+        self._ping_channel = f"codity_ping_{secrets.token_hex(6)}"
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        server = server_address(self.url)
+        while True:
+            try:
+                conninfo = make_conninfo(self.url, application_name="codity-listener", **_KEEPALIVE)
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    await conn.execute(
+                        sql.SQL("LISTEN {}").format(sql.Identifier(self._ping_channel))
+                    )
+                    backoff.reset()
+                    self.wake.set()  # what was notified while we were away is gone
+                    await self._listen(conn)
+            except (psycopg.OperationalError, TimeoutError) as exc:
+                self.reconnects += 1
+                log.warning("listener lost its connection (%s); reconnecting", type(exc).__name__)
+                await backoff.wait(server=server)
+
+    async def _listen(self, conn: psycopg.AsyncConnection) -> None:
+        while True:
+            heard = False
+            async for notify in conn.notifies(timeout=self.ping_s):
+                heard = True
+                if notify.channel == CHANNEL:
+                    self.wake.set()
+            if not heard:
+                await self._ping(conn)
+
+    async def _ping(self, conn: psycopg.AsyncConnection) -> None:
+        """Notify ourselves and hear it back in time, or raise TimeoutError (reconnect)."""
+        token = secrets.token_hex(4)
+        ping = asyncio.create_task(self._round_trip(conn, token))
+        done, _ = await asyncio.wait([ping], timeout=self.ping_timeout_s)
+        if ping in done:
+            ping.result()
+            return
+        log.warning("listener got no answer in %.1fs: the connection is dead", self.ping_timeout_s)
+        # Cancelling the hung call would make psycopg ask the server to cancel it, and wait
+        # for an answer a frozen server never gives. Shutting the socket down makes the call
+        # fail at once instead; the connection is dropped and a new one made.
+        _shutdown(conn)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ping, 1.0)
+        raise TimeoutError("no answer to the listener's ping")
+
+    async def _round_trip(self, conn: psycopg.AsyncConnection, token: str) -> None:
+        await conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", [self._ping_channel, token])
+        async for notify in conn.notifies():
+            if notify.channel == CHANNEL:
+                self.wake.set()
+            elif notify.payload == token:
+                return
+
+
+def _shutdown(conn: psycopg.AsyncConnection) -> None:
+    """Shut the connection's socket down (reads see end of file), without closing its fd."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,247 @@
+"""The reporter: every outcome of every job goes back to the database through here.
+
+Completions, failures and releases are queued by the job tasks and sent by one loop;
+completions are batched (one ``codity.complete_many`` per flush, River's batch completer
+without a timer: at low load each job is reported at once, at high load a flush carries all
+that finished during the previous round trip). The reporter owns the pending set (jobs
+finished but not yet reported), the heartbeat (whose leases must include that set), and
+the one lock that keeps this worker's multi-row writes — a completion batch, a heartbeat —
+from running at once and deadlocking each other.
+
+Nothing a job returns can stop the loop. A result that is not JSON, or larger than the
+64 KB the database keeps, fails that job at once (not retryable) with the reason; a batch
+the database refuses for any reason other than a lost connection is resent job by job, and
+the job it refuses is failed the same way. A report is retried only while the database is
+unreachable — sending it again is safe: a repeat by the fence's owner is answered
+``already_applied`` — and once resolved, either way, its job leaves the pending set, so a
+job the worker can no longer finish is never heartbeated again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from codity.backoff import Backoff
+from codity.db.errors import TRANSIENT, CodityError
+from codity.worker.context import JobContext
+
+__all__ = ["MAX_BATCH", "MAX_RESULT_BYTES", "Reporter"]
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 500
+MAX_RESULT_BYTES = 65536
+_MAX_ERROR = 4000
+
+# Only refusals and repeats come back: an applied completion needs nothing more.
+_COMPLETE_MANY = (
+    "SELECT c.job_id, c.accepted, c.detail"
+    " FROM codity.complete_many(%s::bigint[], %s::integer[], %s::jsonb[]) AS c"
+    " WHERE c.outcome <> 'applied'"
+)
+_FAIL = "SELECT accepted, outcome::text AS outcome, detail FROM codity.fail(%s, %s, %s, %s)"
+_RELEASE = "SELECT accepted, outcome::text AS outcome, detail FROM codity.release(%s, %s)"
+_HEARTBEAT = "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])"
+
+Call = Callable[[str, list[Any]], Awaitable[list[dict[str, Any]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    ctx: JobContext
+    kind: Literal["complete", "fail", "release"]
+    result: Jsonb | None = None
+    error: str = ""
+    retryable: bool = True
+
+
+def _encode(result: Any) -> tuple[Jsonb | None, str | None]:
+    """The result as the database will store it, or why it cannot be stored."""
+    if result is None:
+        return None, None
+    try:
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return None, f"ResultNotJSON: the handler's result is not JSON ({exc})"
+    size = len(text.encode())
+    if size > MAX_RESULT_BYTES:
+        return None, (
+            f"ResultTooLarge: the handler's result is {size} bytes of JSON;"
+            f" the limit is {MAX_RESULT_BYTES}"
+        )
+    return Jsonb(result, dumps=lambda _: text), None
+
+
+class Reporter:
+    def __init__(self, call: Call, server: tuple[str, int] | None = None) -> None:
+        self._call = call
+        self._server = server
+        self._lock = asyncio.Lock()
+        self._queue: list[_Report] = []
+        self._in_flight: list[_Report] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._giving_up = False
+
+    # -- what the job tasks hand over --------------------------------------------------
+
+    def complete(self, ctx: JobContext, result: Any) -> None:
+        encoded, problem = _encode(result)
+        if problem is not None:
+            ctx.logger.error("%s; failing the job", problem.split(":", 1)[0])
+            self.fail(ctx, problem, retryable=False)
+            return
+        self._add(_Report(ctx, "complete", result=encoded))
+
+    def fail(self, ctx: JobContext, error: str, *, retryable: bool) -> None:
+        self._add(_Report(ctx, "fail", error=error[:_MAX_ERROR], retryable=retryable))
+
+    def release(self, ctx: JobContext) -> None:
+        self._add(_Report(ctx, "release"))
+
+    def _add(self, report: _Report) -> None:
+        self._queue.append(report)
+        self._idle.clear()
+        self._wake.set()
+
+    # -- the worker's view ---------------------------------------------------------------
+
+    def pending(self) -> list[JobContext]:
+        """Jobs finished but not yet reported: their leases must still be heartbeated."""
+        return [r.ctx for r in self._in_flight + self._queue]
+
+    def give_up(self) -> None:
+        """Shutting down with the database unreachable: stop retrying (the reaper requeues
+        what was held, attempt refunded)."""
+        self._giving_up = True
+        self._wake.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def heartbeat(self, worker_id: int, running: list[JobContext]) -> None:
+        """Extend the leases of the running and unreported jobs; stop the lost and cancelled.
+
+        Raises what the call raises (TRANSIENT, WorkerNotActive): the caller decides."""
+        async with self._lock:
+            # Taken under the lock: a flush that just ended has left the pending set.
+            held = running + self.pending()
+            rows = await self._call(
+                _HEARTBEAT, [worker_id, [c.job_id for c in held], [c.fence for c in held]]
+            )
+        by_id = {c.job_id: c for c in held}
+        for row in rows:
+            ctx = by_id.get(row["job_id"])
+            if (
+                row["state"] in ("cancelled", "lost")
+                and ctx is not None
+                and ctx.fence == row["fence"]
+            ):
+                if not ctx.is_cancelled:
+                    ctx.logger.warning("%s: stopping", row["state"])
+                ctx.cancelled.set()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                self._in_flight = self._queue[:MAX_BATCH]
+                del self._queue[:MAX_BATCH]
+                completions = [r for r in self._in_flight if r.kind == "complete"]
+                if completions:
+                    await self._complete(completions)
+                for report in self._in_flight:
+                    if report.kind != "complete":
+                        await self._single(report)
+                self._in_flight = []
+            self._idle.set()
+
+    async def _send(self, what: str, query: str, params: list[Any]) -> list[dict[str, Any]] | None:
+        """One call under the lock, resent while the database is unreachable; None when the
+        reporter gave up. Other errors propagate."""
+        backoff = Backoff()
+        while True:
+            try:
+                async with self._lock:
+                    return await self._call(query, params)
+            except TRANSIENT as exc:
+                if self._giving_up:
+                    log.warning("%s not sent (%s): giving up", what, type(exc).__name__)
+                    return None
+                # It may have committed before the connection dropped: resending is safe.
+                log.warning("%s failed (%s); retrying", what, type(exc).__name__)
+                await backoff.wait(server=self._server)
+
+    async def _complete(self, batch: list[_Report]) -> None:
+        params: list[Any] = [
+            [r.ctx.job_id for r in batch],
+            [r.ctx.fence for r in batch],
+            [r.result for r in batch],
+        ]
+        try:
+            rows = await self._send(f"reporting {len(batch)} completion(s)", _COMPLETE_MANY, params)
+        except (CodityError, psycopg.Error) as exc:
+            if len(batch) > 1:
+                log.warning("a completion batch was refused (%s); resending job by job", exc)
+                for report in batch:
+                    await self._complete([report])
+                return
+            report = batch[0]
+            reason = f"ResultRefused: the database refused the result ({_describe(exc)})"
+            report.ctx.logger.error("%s; failing the job", reason[:200])
+            await self._single(_Report(report.ctx, "fail", error=reason, retryable=False))
+            return
+        if rows is None:
+            return
+        landed = sum(1 for row in rows if row["accepted"])
+        if landed:
+            log.info("%d completion(s) had landed before the connection dropped", landed)
+        for row in rows:
+            if not row["accepted"]:
+                log.info("completion of job %s refused: %s", row["job_id"], row["detail"])
+
+    async def _single(self, report: _Report) -> None:
+        ctx = report.ctx
+        if report.kind == "fail":
+            query, params = _FAIL, [ctx.job_id, ctx.fence, report.error, report.retryable]
+        else:
+            query, params = _RELEASE, [ctx.job_id, ctx.fence]
+        try:
+            rows = await self._send(f"{report.kind} of job {ctx.job_id}", query, params)
+        except (CodityError, psycopg.Error) as exc:
+            # E.g. the job was deleted meanwhile (CD003): nothing left to report to.
+            ctx.logger.error("%s not reported: %s", report.kind, _describe(exc))
+            return
+        if not rows:
+            return
+        row = rows[0]
+        if not row["accepted"]:
+            log.info("%s of job %s refused: %s", report.kind, ctx.job_id, row["detail"])
+        elif row["outcome"] == "already_applied":
+            log.info(
+                "%s of job %s had landed before the connection dropped", report.kind, ctx.job_id
+            )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, CodityError):
+        return f"{exc.sqlstate}: {exc.message}"
+    if isinstance(exc, psycopg.Error) and exc.sqlstate:
+        return f"{exc.sqlstate}: {exc.diag.message_primary or exc}"
+    return f"{type(exc).__name__}: {exc}"
