@@ -63,7 +63,7 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts every password the login checks with argon2 (the real check still runs)."""
     counted: list[int] = []
     lock = threading.Lock()
-    real: Callable[[str | None, str], Awaitable[bool]] = auth_endpoints.verify_password_async
+    real: Callable[[str | None, str], Awaitable[bool]] = auth_endpoints.verify_password_async  # type: ignore[attr-defined]
 
     async def counting(stored: str | None, password: str) -> bool:
         with lock:
@@ -289,32 +289,32 @@ def _refund(conn: psycopg.Connection, hit_at: dt.datetime, now: dt.datetime) -> 
 
 
 def test_a_refund_gives_back_one_hit_of_the_window_it_was_counted_in(
-    conn: psycopg.Connection,
+    tx: psycopg.Connection,
 ) -> None:
-    assert _hit(conn, T0) and _hit(conn, T0)
-    assert not _hit(conn, T0)
-    assert _refund(conn, T0, T0 + dt.timedelta(minutes=5)) == (True, 1)
-    assert _hit(conn, T0 + dt.timedelta(minutes=6))
-    assert not _hit(conn, T0 + dt.timedelta(minutes=6))
+    assert _hit(tx, T0) and _hit(tx, T0)
+    assert not _hit(tx, T0)
+    assert _refund(tx, T0, T0 + dt.timedelta(minutes=5)) == (True, 1)
+    assert _hit(tx, T0 + dt.timedelta(minutes=6))
+    assert not _hit(tx, T0 + dt.timedelta(minutes=6))
 
 
 def test_a_refund_of_an_ended_window_gives_nothing_back_in_the_next(
-    conn: psycopg.Connection,
+    tx: psycopg.Connection,
 ) -> None:
     later = T0 + dt.timedelta(minutes=15)
-    assert _hit(conn, T0)
-    assert _refund(conn, T0, later) == (False, 0)
-    assert _hit(conn, later) and _hit(conn, later)
-    assert _refund(conn, T0, later) == (False, 2)
-    assert not _hit(conn, later)
+    assert _hit(tx, T0)
+    assert _refund(tx, T0, later) == (False, 0)
+    assert _hit(tx, later) and _hit(tx, later)
+    assert _refund(tx, T0, later) == (False, 2)
+    assert not _hit(tx, later)
 
 
-def test_a_refund_never_takes_a_count_below_zero(conn: psycopg.Connection) -> None:
-    assert _refund(conn, T0, T0) == (False, 0)
-    assert _hit(conn, T0)
-    assert _refund(conn, T0, T0) == (True, 0)
-    assert _refund(conn, T0, T0) == (False, 0)
-    row = conn.execute("SELECT hits FROM codity.rate_limit_buckets WHERE bucket = 'b'").fetchone()
+def test_a_refund_never_takes_a_count_below_zero(tx: psycopg.Connection) -> None:
+    assert _refund(tx, T0, T0) == (False, 0)
+    assert _hit(tx, T0)
+    assert _refund(tx, T0, T0) == (True, 0)
+    assert _refund(tx, T0, T0) == (False, 0)
+    row = tx.execute("SELECT hits FROM codity.rate_limit_buckets WHERE bucket = 'b'").fetchone()
     assert row is not None and row[0] == 0
 
 
@@ -330,12 +330,10 @@ def test_a_refund_never_takes_a_count_below_zero(conn: psycopg.Connection) -> No
         "'b', interval '15 minutes', now(), NULL",
     ],
 )
-def test_refund_rejects_bad_arguments_and_writes_nothing(
-    conn: psycopg.Connection, args: str
-) -> None:
-    conn.execute("SELECT codity.rate_limit_hit('b', 2, interval '15 minutes')")
-    with pytest.raises(psycopg.Error) as raised:
-        conn.execute(f"SELECT * FROM codity.rate_limit_refund({args})")
+def test_refund_rejects_bad_arguments_and_writes_nothing(tx: psycopg.Connection, args: str) -> None:
+    tx.execute("SELECT codity.rate_limit_hit('b', 2, interval '15 minutes')")
+    with pytest.raises(psycopg.Error) as raised, tx.transaction():
+        tx.execute(f"SELECT * FROM codity.rate_limit_refund({args})")
     assert raised.value.sqlstate == "CD010"
-    row = conn.execute("SELECT hits FROM codity.rate_limit_buckets WHERE bucket = 'b'").fetchone()
+    row = tx.execute("SELECT hits FROM codity.rate_limit_buckets WHERE bucket = 'b'").fetchone()
     assert row is not None and row[0] == 1

@@ -31,31 +31,10 @@ from codity.db.errors import (
     WorkerNotActive,
     translate,
 )
-from tests.conftest import TEMPLATE, clone_database, drop_database
+from tests.conftest import cloned
+from tests.sqlapi import one, row, table_snapshot
 
 Conn = psycopg.Connection[TupleRow]
-
-
-def table_snapshot(conn: Conn) -> dict[str, tuple[int, str]]:
-    """Row count and a digest of the contents of every table in schema codity."""
-    tables = [
-        row[0]
-        for row in conn.execute(
-            "SELECT c.relname FROM pg_catalog.pg_class c"
-            " WHERE c.relnamespace = 'codity'::regnamespace AND c.relkind IN ('r', 'p')"
-            " ORDER BY c.relname"
-        )
-    ]
-    snapshot: dict[str, tuple[int, str]] = {}
-    for table in tables:
-        query = sql.SQL(
-            "SELECT count(*), md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), ''))"
-            " FROM codity.{} t"
-        ).format(sql.Identifier(table))
-        row = conn.execute(query).fetchone()
-        assert row is not None
-        snapshot[table] = (int(row[0]), str(row[1]))
-    return snapshot
 
 
 @dataclass(frozen=True)
@@ -84,48 +63,36 @@ class World:
         }
 
 
-def _row(conn: Conn, query: str, params: list[Any] | None = None) -> TupleRow:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None, query
-    return row
-
-
-def _one(conn: Conn, query: str, params: list[Any] | None = None) -> Any:
-    return _row(conn, query, params)[0]
-
-
 def _build_world(conn: Conn, url: str) -> World:
     conn.execute("SELECT codity.create_queue('emails', p_max_attempts => 1)")
     conn.execute("SELECT codity.create_queue('reports')")
-    worker = int(_one(conn, "SELECT codity.register_worker('worker-ok', ARRAY['emails'])"))
-    stopped = int(_one(conn, "SELECT codity.register_worker('worker-stopped')"))
+    worker = int(one(conn, "SELECT codity.register_worker('worker-ok', ARRAY['emails'])"))
+    stopped = int(one(conn, "SELECT codity.register_worker('worker-stopped')"))
     conn.execute("SELECT codity.deregister_worker(%s)", [stopped])
     dead = int(
-        _one(
+        one(
             conn, "SELECT codity.register_worker('worker-dead', p_now => now() - interval '1 hour')"
         )
     )
     conn.execute("SELECT codity.sweep_workers()")
-    assert _one(conn, "SELECT status::text FROM codity.workers WHERE id = %s", [dead]) == "dead"
+    assert one(conn, "SELECT status::text FROM codity.workers WHERE id = %s", [dead]) == "dead"
 
     conn.execute(
         'SELECT codity.enqueue_many(\'emails\', \'[{"task": "a"}, {"task": "b"}, {"task": "c"}]\')'
     )
-    done_job, done_fence = _row(
+    done_job, done_fence = row(
         conn, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker]
     )
     conn.execute("SELECT codity.start(%s, %s)", [done_job, done_fence])
     conn.execute("SELECT codity.complete(%s, %s)", [done_job, done_fence])
-    dead_job, dead_fence = _row(
+    dead_job, dead_fence = row(
         conn, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker]
     )
     conn.execute("SELECT codity.start(%s, %s)", [dead_job, dead_fence])
     conn.execute("SELECT codity.fail(%s, %s, 'boom')", [dead_job, dead_fence])
-    dead_letter = int(
-        _one(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [dead_job])
-    )
+    dead_letter = int(one(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [dead_job]))
     conn.execute("SELECT codity.replay_dead_letter(%s)", [dead_letter])
-    claimed_job, claimed_fence = _row(
+    claimed_job, claimed_fence = row(
         conn, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker]
     )
     conn.execute("SELECT codity.create_schedule('nightly', 'emails', '0 2 * * *', 'emails.digest')")
@@ -134,12 +101,8 @@ def _build_world(conn: Conn, url: str) -> World:
 
 @pytest.fixture(scope="module")
 def world(pg_server_url: str, template_url: str) -> Iterator[World]:
-    name, url = clone_database(pg_server_url, TEMPLATE)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            yield _build_world(conn, url)
-    finally:
-        drop_database(pg_server_url, name)
+    with cloned(pg_server_url) as url, psycopg.connect(url, autocommit=True) as conn:
+        yield _build_world(conn, url)
 
 
 @pytest.fixture
@@ -595,13 +558,13 @@ def test_errors_outside_the_api_are_not_translated(world_conn: Conn) -> None:
     assert translate(caught.value) is None
 
 
-def test_payload_of_exactly_64_kb_is_accepted(conn: Conn) -> None:
-    conn.execute("SELECT codity.create_queue('emails')")
+def test_payload_of_exactly_64_kb_is_accepted(tx: Conn) -> None:
+    tx.execute("SELECT codity.create_queue('emails')")
     payload = Jsonb("x" * 65534)
-    size = _one(conn, "SELECT octet_length(%s::jsonb::text)", [payload])
+    size = one(tx, "SELECT octet_length(%s::jsonb::text)", [payload])
     assert size == 65536
-    job_id = _one(conn, "SELECT job_id FROM codity.enqueue('emails', 't', %s)", [payload])
+    job_id = one(tx, "SELECT job_id FROM codity.enqueue('emails', 't', %s)", [payload])
     assert (
-        _one(conn, "SELECT octet_length(payload::text) FROM codity.jobs WHERE id = %s", [job_id])
+        one(tx, "SELECT octet_length(payload::text) FROM codity.jobs WHERE id = %s", [job_id])
         == 65536
     )

@@ -56,6 +56,7 @@ def _latencies(text: str) -> tuple[float, float, float]:
     return float(found[1]), float(found[2]), float(found[3])
 
 
+@pytest.mark.slow  # a whole quick bench, about 8 s: CI runs it (.ci/run)
 def test_quick_bench_reports_every_figure(pg_server_url: str) -> None:
     doc = performance_path()
     before = doc.read_bytes() if doc.exists() else None

@@ -27,7 +27,7 @@ from psycopg.rows import TupleRow
 
 from codity.db import migrate
 from codity.db.migrate import function_files, sql_dir
-from tests.conftest import clone_database, drop_database
+from tests.conftest import cloned
 
 Conn = psycopg.Connection[TupleRow]
 
@@ -288,11 +288,8 @@ def test_rerunning_migrate_leaves_the_catalogue_unchanged(conn: Conn, db_url: st
 
 @pytest.fixture
 def empty_database(pg_server_url: str) -> Iterator[str]:
-    name, url = clone_database(pg_server_url, "template0")
-    try:
+    with cloned(pg_server_url, "template0") as url:
         yield url
-    finally:
-        drop_database(pg_server_url, name)
 
 
 def test_two_migrates_at_once_on_an_empty_database_both_succeed_alike(
@@ -326,23 +323,23 @@ def test_two_migrates_at_once_on_an_empty_database_both_succeed_alike(
 
 
 def test_every_security_definer_function_pins_its_search_path_with_pg_temp_last(
-    conn: Conn,
+    tx: Conn,
 ) -> None:
     """Left out, pg_temp is searched FIRST for tables and types: a caller's temporary
     ``CREATE DOMAIN pg_temp.timestamptz ... CHECK (pg_temp.f(...))`` would run f as the
     owner. Named last, it can never shadow anything."""
     unpinned = [
         (signature, config)
-        for _, signature, definer, config, _ in _functions(conn)
+        for _, signature, definer, config, _ in _functions(tx)
         if definer and PINNED_SEARCH_PATH not in (config or [])
     ]
     assert unpinned == []
 
 
-def test_every_function_that_sets_a_search_path_names_pg_temp_last(conn: Conn) -> None:
+def test_every_function_that_sets_a_search_path_names_pg_temp_last(tx: Conn) -> None:
     paths = {
         signature: setting
-        for _, signature, _, config, _ in _functions(conn)
+        for _, signature, _, config, _ in _functions(tx)
         for setting in config or []
         if setting.startswith("search_path=")
     }
@@ -350,10 +347,10 @@ def test_every_function_that_sets_a_search_path_names_pg_temp_last(conn: Conn) -
     assert {s: p for s, p in paths.items() if not p.endswith(", pg_temp")} == {}
 
 
-def test_private_helpers_are_invokers_without_a_search_path_of_their_own(conn: Conn) -> None:
+def test_private_helpers_are_invokers_without_a_search_path_of_their_own(tx: Conn) -> None:
     helpers = [
         (name, sig, definer, config)
-        for name, sig, definer, config, _ in _functions(conn)
+        for name, sig, definer, config, _ in _functions(tx)
         if name.startswith("_")
     ]
     assert helpers
@@ -364,18 +361,18 @@ def test_private_helpers_are_invokers_without_a_search_path_of_their_own(conn: C
     ] == []
 
 
-def test_everything_in_the_schema_is_owned_by_a_nologin_non_superuser(conn: Conn) -> None:
-    owner = conn.execute(
+def test_everything_in_the_schema_is_owned_by_a_nologin_non_superuser(tx: Conn) -> None:
+    owner = tx.execute(
         "SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb, rolbypassrls, rolreplication"
         " FROM pg_catalog.pg_roles WHERE rolname = %s",
         [OWNER],
     ).fetchone()
     assert owner == (False, False, False, False, False, False)
-    assert conn.execute(
+    assert tx.execute(
         "SELECT count(*) FROM pg_catalog.pg_auth_members m WHERE m.member = %s::regrole",
         [OWNER],
     ).fetchone() == (0,), "the owner is a member of no role"
-    foreign = conn.execute(
+    foreign = tx.execute(
         """
         SELECT 'schema', n.nspname FROM pg_catalog.pg_namespace n
         WHERE n.nspname = 'codity' AND n.nspowner <> %(owner)s::regrole
@@ -394,8 +391,8 @@ def test_everything_in_the_schema_is_owned_by_a_nologin_non_superuser(conn: Conn
     assert foreign == []
 
 
-def test_security_definer_functions_are_exactly_the_reviewed_list(conn: Conn) -> None:
-    definers = {signature for _, signature, definer, _, _ in _functions(conn) if definer}
+def test_security_definer_functions_are_exactly_the_reviewed_list(tx: Conn) -> None:
+    definers = {signature for _, signature, definer, _, _ in _functions(tx) if definer}
     assert definers - REVIEWED_SECURITY_DEFINER == set(), (
         "new SECURITY DEFINER functions: review them"
     )
@@ -404,8 +401,8 @@ def test_security_definer_functions_are_exactly_the_reviewed_list(conn: Conn) ->
     )
 
 
-def test_every_function_has_a_comment_and_public_ones_end_with_an_example(conn: Conn) -> None:
-    functions = _functions(conn)
+def test_every_function_has_a_comment_and_public_ones_end_with_an_example(tx: Conn) -> None:
+    functions = _functions(tx)
     assert [
         signature for _, signature, _, _, comment in functions if not (comment or "").strip()
     ] == []
@@ -418,21 +415,21 @@ def test_every_function_has_a_comment_and_public_ones_end_with_an_example(conn: 
     assert without_example == []
 
 
-def test_no_function_is_executable_by_public(conn: Conn) -> None:
-    assert _executable_by(conn, "public") == set()
+def test_no_function_is_executable_by_public(tx: Conn) -> None:
+    assert _executable_by(tx, "public") == set()
 
 
-def test_no_private_function_is_executable_by_any_codity_role(conn: Conn) -> None:
+def test_no_private_function_is_executable_by_any_codity_role(tx: Conn) -> None:
     roles = [
         str(r[0])
-        for r in conn.execute(
+        for r in tx.execute(
             "SELECT rolname FROM pg_catalog.pg_roles WHERE rolname LIKE 'codity\\_%'"
         )
     ]
     assert sorted(roles) == sorted(ALL_ROLES)
     callers = [role for role in roles if role != OWNER]  # the owner may run what it owns
     leaks = {
-        role: sorted(n for n in _executable_by(conn, role) if n.startswith("_")) for role in callers
+        role: sorted(n for n in _executable_by(tx, role) if n.startswith("_")) for role in callers
     }
     assert leaks == {role: [] for role in callers}
 
@@ -442,21 +439,21 @@ def test_no_private_function_is_executable_by_any_codity_role(conn: Conn) -> Non
 # ---------------------------------------------------------------------------------------
 
 
-def test_worker_role_may_execute_the_worker_protocol_and_nothing_else(conn: Conn) -> None:
-    assert _executable_by(conn, "codity_worker") == WORKER_PROTOCOL | WORKER_PURE_HELPERS
+def test_worker_role_may_execute_the_worker_protocol_and_nothing_else(tx: Conn) -> None:
+    assert _executable_by(tx, "codity_worker") == WORKER_PROTOCOL | WORKER_PURE_HELPERS
 
 
-def test_worker_role_has_no_privilege_on_any_table_view_or_sequence(conn: Conn) -> None:
-    relations = _relations(conn, "rpvmf")
+def test_worker_role_has_no_privilege_on_any_table_view_or_sequence(tx: Conn) -> None:
+    relations = _relations(tx, "rpvmf")
     assert "jobs" in relations
-    granted = {r: p for r in relations if (p := _table_privileges(conn, "codity_worker", r))}
+    granted = {r: p for r in relations if (p := _table_privileges(tx, "codity_worker", r))}
     assert granted == {}
-    sequences = _relations(conn, "S")
+    sequences = _relations(tx, "S")
     assert sequences, "identity sequences exist"
     usable = [
         s
         for s in sequences
-        if conn.execute(
+        if tx.execute(
             "SELECT pg_catalog.has_sequence_privilege("
             "'codity_worker', %s::regclass, 'USAGE,SELECT,UPDATE')",
             [f"codity.{s}"],
@@ -466,36 +463,34 @@ def test_worker_role_has_no_privilege_on_any_table_view_or_sequence(conn: Conn) 
     assert usable == []
 
 
-def test_worker_role_cannot_read_jobs_but_runs_the_protocol_end_to_end(conn: Conn) -> None:
-    conn.execute("SELECT codity.create_queue('emails', p_max_attempts => 3)")
-    conn.execute("SET ROLE codity_worker")
+def test_worker_role_cannot_read_jobs_but_runs_the_protocol_end_to_end(tx: Conn) -> None:
+    tx.execute("SELECT codity.create_queue('emails', p_max_attempts => 3)")
+    tx.execute("SET ROLE codity_worker")
 
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT count(*) FROM codity.jobs")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.queue_overview")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.reap()")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.create_queue('mine')")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT count(*) FROM codity.jobs")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT * FROM codity.queue_overview")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT * FROM codity.reap()")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT * FROM codity.create_queue('mine')")
 
     def one(query: str, params: list[Any] | None = None) -> TupleRow:
-        row = conn.execute(query, params).fetchone()
+        row = tx.execute(query, params).fetchone()
         assert row is not None
         return row
 
     (worker,) = one("SELECT codity.register_worker('w1', ARRAY['emails'], 4, 'host-a', 99)")
     one("SELECT job_id FROM codity.enqueue('emails', 'emails.send', '{\"to\": \"a@example.com\"}')")
-    conn.execute(
-        'SELECT * FROM codity.enqueue_many(\'emails\', \'[{"task": "a"}, {"task": "b"}]\')'
-    )
-    claimed = conn.execute(
+    tx.execute('SELECT * FROM codity.enqueue_many(\'emails\', \'[{"task": "a"}, {"task": "b"}]\')')
+    claimed = tx.execute(
         "SELECT job_id, fence FROM codity.claim(%s, 'emails', 3)", [worker]
     ).fetchall()
     assert len(claimed) == 3
     (done, done_fence), (failing, failing_fence), (released, released_fence) = claimed
     assert one("SELECT accepted FROM codity.start(%s, %s)", [done, done_fence]) == (True,)
-    states = conn.execute(
+    states = tx.execute(
         "SELECT state FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])",
         [worker, [done, failing], [done_fence, failing_fence]],
     ).fetchall()
@@ -513,81 +508,79 @@ def test_worker_role_cannot_read_jobs_but_runs_the_protocol_end_to_end(conn: Con
     one("SELECT job_id FROM codity.claim(%s, 'emails')", [worker])
     assert one("SELECT codity.deregister_worker(%s)", [worker]) == (1,)
 
-    conn.execute("RESET ROLE")
-    statuses = conn.execute("SELECT status::text FROM codity.jobs ORDER BY id").fetchall()
+    tx.execute("RESET ROLE")
+    statuses = tx.execute("SELECT status::text FROM codity.jobs ORDER BY id").fetchall()
     assert statuses == [("completed",), ("scheduled",), ("queued",)]
 
 
 def test_readonly_role_reads_views_and_operational_tables_only_and_writes_nothing(
-    conn: Conn,
+    tx: Conn,
 ) -> None:
-    tables = _relations(conn, "rpf")
-    readable = {t: p for t in tables if (p := _table_privileges(conn, "codity_readonly", t))}
+    tables = _relations(tx, "rpf")
+    readable = {t: p for t in tables if (p := _table_privileges(tx, "codity_readonly", t))}
     assert set(readable) == READONLY_REFERENCE_TABLES | READONLY_OPERATIONAL_TABLES
     assert all(p == ["SELECT"] for p in readable.values()), readable
     assert {
-        v
-        for v in _relations(conn, "v")
-        if _table_privileges(conn, "codity_readonly", v) == ["SELECT"]
+        v for v in _relations(tx, "v") if _table_privileges(tx, "codity_readonly", v) == ["SELECT"]
     } == READONLY_VIEWS
 
-    conn.execute("SELECT codity.create_queue('emails')")
-    worker = conn.execute("SELECT codity.register_worker('w1')").fetchone()
+    tx.execute("SELECT codity.create_queue('emails')")
+    worker = tx.execute("SELECT codity.register_worker('w1')").fetchone()
     assert worker is not None
-    conn.execute("SET ROLE codity_readonly")
+    tx.execute("SET ROLE codity_readonly")
     for view in sorted(READONLY_VIEWS):
-        conn.execute(f"SELECT * FROM codity.{view}").fetchall()
-    assert conn.execute("SELECT queue FROM codity.queue_overview").fetchall() == [("emails",)]
-    assert conn.execute("SELECT count(*) FROM codity.workers").fetchone() == (1,)
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.users")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("UPDATE codity.jobs SET priority = 1")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.claim(%s, 'emails')", [worker[0]])
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("SELECT * FROM codity.enqueue('emails', 't')")
+        tx.execute(f"SELECT * FROM codity.{view}").fetchall()
+    assert tx.execute("SELECT queue FROM codity.queue_overview").fetchall() == [("emails",)]
+    assert tx.execute("SELECT count(*) FROM codity.workers").fetchone() == (1,)
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT * FROM codity.users")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("UPDATE codity.jobs SET priority = 1")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT * FROM codity.claim(%s, 'emails')", [worker[0]])
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("SELECT * FROM codity.enqueue('emails', 't')")
 
 
-def test_app_role_runs_the_operator_functions(conn: Conn) -> None:
-    public = {name for name, _, _, _, _ in _functions(conn) if not name.startswith("_")}
-    assert _executable_by(conn, "codity_app") == public
+def test_app_role_runs_the_operator_functions(tx: Conn) -> None:
+    public = {name for name, _, _, _, _ in _functions(tx) if not name.startswith("_")}
+    assert _executable_by(tx, "codity_app") == public
 
-    (default_project,) = conn.execute(
+    (default_project,) = tx.execute(
         "SELECT id FROM codity.projects WHERE is_default"
     ).fetchone() or (None,)
-    conn.execute("SET ROLE codity_app")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("UPDATE codity.jobs SET priority = 1")
-    conn.execute("SELECT * FROM codity.create_queue('emails')")
-    (job,) = conn.execute("SELECT job_id FROM codity.enqueue('emails', 't')").fetchone() or (None,)
+    tx.execute("SET ROLE codity_app")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("UPDATE codity.jobs SET priority = 1")
+    tx.execute("SELECT * FROM codity.create_queue('emails')")
+    (job,) = tx.execute("SELECT job_id FROM codity.enqueue('emails', 't')").fetchone() or (None,)
     # Row-level security: with no project set, the app role sees no job at all.
-    assert conn.execute("SELECT count(*) FROM codity.jobs").fetchone() == (0,)
-    conn.execute("SELECT set_config('codity.project_id', %s, false)", [str(default_project)])
-    assert conn.execute("SELECT count(*) FROM codity.jobs").fetchone() == (1,)
-    assert conn.execute("SELECT codity.pause_queue('emails')").fetchone() == (True,)
-    assert conn.execute("SELECT codity.resume_queue('emails')").fetchone() == (True,)
-    conn.execute("SELECT * FROM codity.create_schedule('nightly', 'emails', '0 2 * * *', 't')")
-    assert conn.execute("SELECT codity.pause_schedule('nightly')").fetchone() == (True,)
-    assert conn.execute("SELECT codity.resume_schedule('nightly')").fetchone() == (True,)
-    assert conn.execute("SELECT * FROM codity.resume_all()").fetchone() == (0, 0)
-    assert conn.execute("SELECT * FROM codity.tick()").fetchone() is not None
-    assert conn.execute("SELECT job_status::text FROM codity.cancel(%s)", [job]).fetchone() == (
+    assert tx.execute("SELECT count(*) FROM codity.jobs").fetchone() == (0,)
+    tx.execute("SELECT set_config('codity.project_id', %s, false)", [str(default_project)])
+    assert tx.execute("SELECT count(*) FROM codity.jobs").fetchone() == (1,)
+    assert tx.execute("SELECT codity.pause_queue('emails')").fetchone() == (True,)
+    assert tx.execute("SELECT codity.resume_queue('emails')").fetchone() == (True,)
+    tx.execute("SELECT * FROM codity.create_schedule('nightly', 'emails', '0 2 * * *', 't')")
+    assert tx.execute("SELECT codity.pause_schedule('nightly')").fetchone() == (True,)
+    assert tx.execute("SELECT codity.resume_schedule('nightly')").fetchone() == (True,)
+    assert tx.execute("SELECT * FROM codity.resume_all()").fetchone() == (0, 0)
+    assert tx.execute("SELECT * FROM codity.tick()").fetchone() is not None
+    assert tx.execute("SELECT job_status::text FROM codity.cancel(%s)", [job]).fetchone() == (
         "cancelled",
     )
-    conn.execute("SELECT queue FROM codity.queue_overview").fetchall()
+    tx.execute("SELECT queue FROM codity.queue_overview").fetchall()
 
 
 @pytest.mark.parametrize("role", ["codity_app", "codity_readonly"])
-def test_a_role_granted_the_cron_functions_can_run_them(conn: Conn, role: str) -> None:
-    assert {"cron_next", "cron_validate"} <= _executable_by(conn, role)
-    conn.execute(f"SET ROLE {role}")
-    next_run = conn.execute(
+def test_a_role_granted_the_cron_functions_can_run_them(tx: Conn, role: str) -> None:
+    assert {"cron_next", "cron_validate"} <= _executable_by(tx, role)
+    tx.execute(f"SET ROLE {role}")
+    next_run = tx.execute(
         "SELECT codity.cron_next('0 2 * * *', '2030-01-01 00:00Z', 'Europe/London')"
     ).fetchone()
     assert next_run is not None
     assert next_run[0] == datetime(2030, 1, 1, 2, 0, tzinfo=UTC)
-    conn.execute("SELECT codity.cron_validate('*/15 9-17 * * MON-FRI', 'Europe/London')")
+    tx.execute("SELECT codity.cron_validate('*/15 9-17 * * MON-FRI', 'Europe/London')")
 
 
 # ---------------------------------------------------------------------------------------
@@ -595,8 +588,8 @@ def test_a_role_granted_the_cron_functions_can_run_them(conn: Conn, role: str) -
 # ---------------------------------------------------------------------------------------
 
 
-def test_claim_index_matches_the_claim_order_by_term_for_term(conn: Conn) -> None:
-    row = conn.execute(
+def test_claim_index_matches_the_claim_order_by_term_for_term(tx: Conn) -> None:
+    row = tx.execute(
         "SELECT pg_catalog.pg_get_indexdef('codity.jobs_claim_idx'::regclass)"
     ).fetchone()
     assert row is not None
@@ -609,7 +602,7 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(conn: Conn) -> Non
     assert columns == ["queue_id", "priority DESC", "run_at", "id"]
     assert match.group(2) == "status = 'queued'::codity.job_status"
 
-    row = conn.execute(
+    row = tx.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc p"
         " WHERE p.oid = 'codity.claim(bigint,text,integer,boolean,timestamptz)'::regprocedure"
     ).fetchone()

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import psycopg
+import pytest
 
 __all__ = ["ClaimStorm", "assert_no_job_handed_out_twice", "enqueue_jobs", "run_claim_storm"]
 
@@ -249,6 +250,8 @@ def test_thousand_jobs_ten_claim_loops_never_hand_a_job_out_twice(db_url: str) -
     assert all(count > 0 for count in storm.per_worker.values()), storm.per_worker
 
 
+# About 6 s: `slow`, run by CI (.ci/run); the 1,000-job storm above is the default run's.
+@pytest.mark.slow
 def test_ten_thousand_jobs_twenty_batch_claim_loops_never_hand_a_job_out_twice(db_url: str) -> None:
     storm = run_claim_storm(db_url, jobs=10_000, loops=20, limits=(10, 50))
     print("\n" + storm.report())

@@ -64,11 +64,11 @@ def play_with_moved_clock(
 
 
 def test_every_function_that_takes_p_now_is_tried_with_a_moved_clock(
-    conn: psycopg.Connection[Any],
+    tx: psycopg.Connection[Any],
 ) -> None:
     for role in ROLES:
         tried = {c.function for c in sql_scenarios.SCENARIOS[role] if c.takes_now}
-        assert _functions_taking_now(conn, role) - tried == set(), role
+        assert _functions_taking_now(tx, role) - tried == set(), role
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -83,17 +83,20 @@ def test_no_production_role_can_move_the_clock(db_url: str, role: str) -> None:
     assert outcomes == dict.fromkeys(expected, "CD022")
 
 
-def test_set_role_is_the_caller_too(conn: psycopg.Connection[Any]) -> None:
+def test_set_role_is_the_caller_too(tx: psycopg.Connection[Any]) -> None:
     """A superuser session that SET ROLE codity_worker is a worker for the check."""
-    conn.execute("SELECT codity.create_queue('emails')")
-    conn.execute("SET ROLE codity_worker")
-    with pytest.raises(psycopg.Error, match="only tests may move the clock") as refused:
-        conn.execute(
+    tx.execute("SELECT codity.create_queue('emails')")
+    tx.execute("SET ROLE codity_worker")
+    with (
+        pytest.raises(psycopg.Error, match="only tests may move the clock") as refused,
+        tx.transaction(),
+    ):
+        tx.execute(
             "SELECT codity.register_worker('w', ARRAY['emails'], p_now => now() + interval '1 day')"
         )
     assert refused.value.sqlstate == "CD022"
-    conn.execute("RESET ROLE")
-    (worker,) = conn.execute(
+    tx.execute("RESET ROLE")
+    (worker,) = tx.execute(
         "SELECT codity.register_worker('w', ARRAY['emails'], p_now => now() + interval '1 day')"
     ).fetchone() or (None,)
     assert worker is not None, "a superuser moves the clock (tests do)"

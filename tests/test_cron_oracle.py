@@ -281,10 +281,13 @@ def assert_agree(conn: psycopg.Connection[tuple[object, ...]], cases: Sequence[C
 
 
 @pytest.fixture
-def cron_conn(db_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-    with psycopg.connect(db_url) as connection:
-        connection.execute(TRY_FUNCTION)
-        yield connection
+def cron_conn(
+    tx: psycopg.Connection[tuple[object, ...]],
+) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """A rolled-back transaction (codity.cron_next writes nothing) with the error-catching
+    wrapper in pg_temp."""
+    tx.execute(TRY_FUNCTION)
+    yield tx
 
 
 def test_random_expressions_zones_and_instants_agree_with_cronsim(

@@ -13,6 +13,9 @@ a real database, and SIGTERM ends it with status 0, deregistered.
   the job. The job starts right after a heartbeat, so that it ends well before the next one
   (3 s later): a heartbeat in between would answer ``lost`` and the worker would drop the
   job without reporting, which is correct too and accepted, but proves less.
+
+The default run keeps the Node worker's exactly-once run; the bash worker (``slow``) and the
+frozen workers (``faults``) run in CI, with ``-m "slow or faults or fuzz"``.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ def bash_example() -> Example:
     return Example("bash", ["bash", str(script), QUEUE], {"PSQL": psql})
 
 
-@pytest.fixture(params=["node", "bash"])
+# The bash worker runs psql once per call, so its runs take seconds: `slow`, run by CI.
+@pytest.fixture(params=["node", pytest.param("bash", marks=pytest.mark.slow)])
 def example(request: pytest.FixtureRequest) -> Example:
     value: Example = request.getfixturevalue(f"{request.param}_example")
     return value
@@ -200,6 +204,7 @@ def test_example_worker_completes_every_job_exactly_once(
     assert rows(admin, "SELECT * FROM codity.fence_rejections") == []
 
 
+@pytest.mark.faults  # SIGSTOP, a lease run out, SIGCONT: 4-5 s each; run by CI (.ci/run)
 def test_example_worker_frozen_past_its_lease_has_its_late_report_refused(
     example: Example, admin: psycopg.Connection[Any], worker_url: str, processes: Processes
 ) -> None:

@@ -18,7 +18,8 @@ from tests import sql_scenarios
 from tests import test_worker_faults as worker_faults
 from tests.faults import FAULTS, inject, patched_sources
 from tests.logins import login_role
-from tests.test_call_outcomes import call_twice, hold_one_job
+from tests.sqlapi import hold_one_job
+from tests.test_call_outcomes import call_twice
 from tests.test_claim_concurrency import assert_no_job_handed_out_twice, run_claim_storm
 from tests.test_clock import play_with_moved_clock
 from tests.test_interleavings import requeue_and_reclaim, zombie_after_reap, zombie_batch_calls

@@ -24,8 +24,8 @@ from codity.web.routes import ALL_ROUTES
 JOBS = 20_000
 
 
-def test_sql_reference_matches_the_catalogue(db_url: str) -> None:
-    expected = render_reference(db_url)
+def test_sql_reference_matches_the_catalogue(shared_db_url: str) -> None:
+    expected = render_reference(shared_db_url)  # reads the catalogue only
     path = reference_path()
     actual = path.read_text(encoding="utf-8") if path.exists() else ""
     if actual != expected:
@@ -37,8 +37,8 @@ def test_sql_reference_matches_the_catalogue(db_url: str) -> None:
         )
 
 
-def test_database_roles_table_matches_the_grants(conn: psycopg.Connection) -> None:
-    assert render_roles(conn) in database_doc_path().read_text(encoding="utf-8"), (
+def test_database_roles_table_matches_the_grants(tx: psycopg.Connection) -> None:
+    assert render_roles(tx) in database_doc_path().read_text(encoding="utf-8"), (
         "docs/DATABASE.md's roles table is stale: run ./codity sql-reference"
     )
 

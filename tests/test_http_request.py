@@ -63,7 +63,7 @@ def test_allowlist_restricts_hosts_and_can_open_a_network_but_never_metadata() -
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        port = self.server.server_address[1]
+        port = int(self.server.server_address[1])  # type: ignore[index]
         routes: dict[str, tuple[int, dict[str, str], bytes]] = {
             "/ok": (200, {}, b"hello"),
             "/busy": (503, {}, b""),
@@ -93,8 +93,10 @@ class _QuietServer(http.server.ThreadingHTTPServer):
         """The handler under test hangs up early on purpose (size and time caps)."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server() -> Iterator[str]:
+    """One server for the module: it keeps no state between requests, and stopping one per
+    test cost a poll interval each (and the 2 s of a /slow answer still being written)."""
     httpd = _QuietServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()

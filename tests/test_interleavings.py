@@ -24,6 +24,8 @@ from typing import Any, Literal
 import psycopg
 import pytest
 
+from tests import sqlapi
+
 __all__ = [
     "BatchZombieOutcome",
     "RequeueOutcome",
@@ -109,24 +111,15 @@ def wait_until_blocked(observer: Conn, pid: int, pending: Future[Any]) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def one(conn: Conn, query: str, params: Any = None) -> tuple[Any, ...]:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None, query
-    return row
-
-
 def create_queue(
     conn: Conn, name: str = QUEUE, *, max_crashes: int = 5, max_attempts: int = 3
 ) -> None:
-    conn.execute(
-        "SELECT * FROM codity.create_queue(%s, p_max_attempts => %s, p_max_crashes => %s)",
-        [name, max_attempts, max_crashes],
-    )
+    sqlapi.create_queue(conn, name, max_attempts=max_attempts, max_crashes=max_crashes)
 
 
 def enqueue(conn: Conn, *, key: str | None = None, queue: str = QUEUE) -> tuple[int, bool]:
     """Enqueue one job due at T0; returns (job id, is_new)."""
-    row = one(
+    row = sqlapi.row(
         conn,
         "SELECT job_id, is_new FROM codity.enqueue(%s, 'interleave.task', "
         "p_idempotency_key => %s, p_now => %s)",
@@ -136,7 +129,9 @@ def enqueue(conn: Conn, *, key: str | None = None, queue: str = QUEUE) -> tuple[
 
 
 def register(conn: Conn, name: str, queue: str = QUEUE) -> int:
-    return int(one(conn, "SELECT codity.register_worker(%s, ARRAY[%s]::text[])", [name, queue])[0])
+    return int(
+        sqlapi.one(conn, "SELECT codity.register_worker(%s, ARRAY[%s]::text[])", [name, queue])
+    )
 
 
 def claim_one(conn: Conn, worker_id: int, now: datetime, queue: str = QUEUE) -> tuple[int, int]:
@@ -160,7 +155,7 @@ def fenced(
     and an 'already_applied' repeat changes nothing either.
     """
     extra = ", 'handler raised'" if call == "fail" else ""
-    row = one(
+    row = sqlapi.row(
         conn,
         f"SELECT outcome::text, job_status::text FROM codity.{call}(%s, %s{extra}, p_now => %s)",
         [job_id, fence, now],
@@ -170,7 +165,7 @@ def fenced(
 
 def heartbeat(conn: Conn, worker_id: int, job_id: int, fence: int, now: datetime) -> str:
     """Heartbeat one held job; returns its state: extended, cancelled or lost."""
-    row = one(
+    row = sqlapi.row(
         conn,
         "SELECT state FROM codity.heartbeat(%s, ARRAY[%s]::bigint[], ARRAY[%s]::integer[], %s)",
         [worker_id, job_id, fence, now],
@@ -184,7 +179,7 @@ def reap(conn: Conn, now: datetime) -> list[tuple[int, str]]:
 
 
 def cancel(conn: Conn, job_id: int, now: datetime) -> tuple[str, str]:
-    row = one(
+    row = sqlapi.row(
         conn,
         "SELECT previous_status::text, job_status::text FROM codity.cancel(%s, p_now => %s)",
         [job_id, now],
@@ -333,7 +328,7 @@ def zombie_after_reap(url: str, *, owner_started: bool = True) -> ZombieOutcome:
 def _batch(
     conn: Conn, call: Literal["start_many", "complete_many"], job_id: int, fence: int
 ) -> bool:
-    row = one(
+    row = sqlapi.row(
         conn,
         f"SELECT accepted FROM codity.{call}"
         "(ARRAY[%s]::bigint[], ARRAY[%s]::integer[], p_now => %s)",
@@ -489,14 +484,14 @@ def test_released_job_refunds_attempt(db_url: str) -> None:
     assert (r.attempt_at_reclaim, r.fence_at_reclaim) == (1, 2)
 
 
-def test_reap_records_why_the_execution_ended(conn: Conn) -> None:
-    create_queue(conn)
-    job_id, _ = enqueue(conn)
-    worker = register(conn, "worker")
-    claim_one(conn, worker, at(0))
-    assert reap(conn, at(LEASE_SECONDS)) == [(job_id, "requeued")]  # expiry is inclusive
-    row = one(
-        conn,
+def test_reap_records_why_the_execution_ended(tx: Conn) -> None:
+    create_queue(tx)
+    job_id, _ = enqueue(tx)
+    worker = register(tx, "worker")
+    claim_one(tx, worker, at(0))
+    assert reap(tx, at(LEASE_SECONDS)) == [(job_id, "requeued")]  # expiry is inclusive
+    row = sqlapi.row(
+        tx,
         "SELECT status::text, finished_at, error FROM codity.job_executions WHERE job_id = %s",
         [job_id],
     )
@@ -505,50 +500,50 @@ def test_reap_records_why_the_execution_ended(conn: Conn) -> None:
     assert "lease expired" in row[2]
 
 
-def test_three_crashes_against_three_attempts_do_not_exhaust_the_job(conn: Conn) -> None:
+def test_three_crashes_against_three_attempts_do_not_exhaust_the_job(tx: Conn) -> None:
     """Three rolling deploys against max_attempts = 3: the job never failed, so it may still
     fail once and be retried."""
-    create_queue(conn, max_attempts=3, max_crashes=5)
-    job_id, _ = enqueue(conn)
-    worker = register(conn, "worker")
+    create_queue(tx, max_attempts=3, max_crashes=5)
+    job_id, _ = enqueue(tx)
+    worker = register(tx, "worker")
     attempts: list[int] = []
     for deploy in range(3):
-        _, fence = claim_one(conn, worker, at(100 * deploy))
-        attempts.append(int(job_row(conn, job_id)["attempt"]))
-        assert reap(conn, at(100 * deploy + LEASE_SECONDS + 1)) == [(job_id, "requeued")]
-    _, fence = claim_one(conn, worker, at(1000))
-    attempts.append(int(job_row(conn, job_id)["attempt"]))
+        _, fence = claim_one(tx, worker, at(100 * deploy))
+        attempts.append(int(job_row(tx, job_id)["attempt"]))
+        assert reap(tx, at(100 * deploy + LEASE_SECONDS + 1)) == [(job_id, "requeued")]
+    _, fence = claim_one(tx, worker, at(1000))
+    attempts.append(int(job_row(tx, job_id)["attempt"]))
     assert attempts == [1, 1, 1, 1]
-    assert fenced(conn, "start", job_id, fence, at(1001)) == (True, "running")
-    assert fenced(conn, "fail", job_id, fence, at(1002)) == (True, "scheduled")
+    assert fenced(tx, "start", job_id, fence, at(1001)) == (True, "running")
+    assert fenced(tx, "fail", job_id, fence, at(1002)) == (True, "scheduled")
 
 
-def test_job_reaped_max_crashes_times_is_dead_lettered(conn: Conn) -> None:
-    create_queue(conn, max_crashes=3)
-    job_id, _ = enqueue(conn)
-    worker = register(conn, "worker")
+def test_job_reaped_max_crashes_times_is_dead_lettered(tx: Conn) -> None:
+    create_queue(tx, max_crashes=3)
+    job_id, _ = enqueue(tx)
+    worker = register(tx, "worker")
     outcomes: list[str] = []
     for crash in range(3):
-        claim_one(conn, worker, at(100 * crash))
-        outcomes.extend(outcome for _, outcome in reap(conn, at(100 * crash + LEASE_SECONDS + 1)))
+        claim_one(tx, worker, at(100 * crash))
+        outcomes.extend(outcome for _, outcome in reap(tx, at(100 * crash + LEASE_SECONDS + 1)))
     assert outcomes == ["requeued", "requeued", "dead_letter"]
-    job = job_row(conn, job_id)
+    job = job_row(tx, job_id)
     assert (job["status"], job["crash_count"], job["attempt"]) == ("dead_letter", 3, 1)
     assert job["lock_expires_at"] is None and job["finished_at"] == at(231)
-    reason, attempts = one(
-        conn, "SELECT reason, attempts FROM codity.dead_letters WHERE job_id = %s", [job_id]
+    reason, attempts = sqlapi.row(
+        tx, "SELECT reason, attempts FROM codity.dead_letters WHERE job_id = %s", [job_id]
     )
     assert "max_crashes 3" in reason and "3 times" in reason
     assert attempts == 1
-    assert executions(conn, job_id)[-1] == (3, "reaped", 1, False)
+    assert executions(tx, job_id)[-1] == (3, "reaped", 1, False)
     # Nothing left to hand out, and the reaper has nothing more to do.
     assert (
-        conn.execute(
+        tx.execute(
             "SELECT * FROM codity.claim(%s, %s, 1, p_now => %s)", [worker, QUEUE, at(1000)]
         ).fetchall()
         == []
     )
-    assert reap(conn, at(1000)) == []
+    assert reap(tx, at(1000)) == []
 
 
 # ---------------------------------------------------------------------------------------
@@ -699,7 +694,7 @@ def jobs_per_occurrence(conn: Conn) -> dict[datetime, int]:
 
 def _every_minute(conn: Conn) -> None:
     create_queue(conn)
-    row = one(
+    row = sqlapi.row(
         conn,
         "SELECT next_run_at FROM codity.create_schedule('every-minute', %s, '* * * * *', "
         "'cron.task', p_now => %s)",

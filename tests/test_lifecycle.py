@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow, dict_row
 from psycopg.types.json import Jsonb
 
 from codity.db.errors import IllegalTransition, translate
-from tests.conftest import TEMPLATE, clone_database, drop_database
+from tests.sqlapi import create_queue, one, row
 
 Conn = psycopg.Connection[TupleRow]
 
@@ -46,13 +46,11 @@ class Api:
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
 
-    def row(self, query: str, params: list[Any] | None = None) -> TupleRow:
-        row = self.conn.execute(query, params).fetchone()
-        assert row is not None, query
-        return row
+    def row(self, query: str, params: list[Any] | None = None) -> tuple[Any, ...]:
+        return row(self.conn, query, params)
 
     def value(self, query: str, params: list[Any] | None = None) -> Any:
-        return self.row(query, params)[0]
+        return one(self.conn, query, params)
 
     def record(self, query: str, params: list[Any] | None = None) -> dict[str, Any]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -61,11 +59,7 @@ class Api:
         return found
 
     def queue(self, name: str, **policy: Any) -> int:
-        args = "".join(f", p_{key} => %({key})s" for key in policy)
-        query = f"SELECT queue_id FROM codity.create_queue(%(name)s{args})"
-        row = self.conn.execute(query, {"name": name, **policy}).fetchone()
-        assert row is not None
-        return int(row[0])
+        return create_queue(self.conn, name, **policy)
 
     def worker(self, name: str = "w", now: datetime = T0) -> int:
         return int(self.value("SELECT codity.register_worker(%s, p_now => %s)", [name, now]))
@@ -155,19 +149,17 @@ class Api:
 
 
 @pytest.fixture
-def api(conn: Conn) -> Api:
-    return Api(conn)
+def api(tx: Conn) -> Api:
+    """The API in a transaction rolled back at the end: one connection is all a test here
+    needs, except the NOTIFY tests below, which need commits (``live_api``)."""
+    return Api(tx)
 
 
 @pytest.fixture(scope="module")
-def pure_api(pg_server_url: str, template_url: str) -> Iterator[Api]:
-    """One database for the tests of pure functions, which write nothing."""
-    name, url = clone_database(pg_server_url, TEMPLATE)
-    try:
-        with psycopg.connect(url, autocommit=True) as connection:
-            yield Api(connection)
-    finally:
-        drop_database(pg_server_url, name)
+def pure_api(shared_db_url: str) -> Iterator[Api]:
+    """One connection for the tests of pure functions, which write nothing."""
+    with psycopg.connect(shared_db_url, autocommit=True) as connection:
+        yield Api(connection)
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,8 +304,8 @@ TRANSITIONS: dict[tuple[str, str], Callable[[Api], None]] = {
 }
 
 
-def test_every_allowed_transition_has_a_driver_here(conn: Conn) -> None:
-    rows = conn.execute(
+def test_every_allowed_transition_has_a_driver_here(tx: Conn) -> None:
+    rows = tx.execute(
         "SELECT from_status::text, to_status::text FROM codity.job_transitions"
     ).fetchall()
     assert {(str(a), str(b)) for a, b in rows} == set(TRANSITIONS)
@@ -343,7 +335,7 @@ def test_illegal_move_raises_cd020_naming_both_states(
 ) -> None:
     job, claimed = _job_in(api, status)
     before = api.job(job)
-    with pytest.raises(psycopg.Error) as caught:
+    with pytest.raises(psycopg.Error) as caught, api.conn.transaction():
         api.conn.execute(query, {"job": job, "fence": claimed.fence if claimed else 0})
     assert caught.value.sqlstate == "CD020"
     assert (
@@ -576,6 +568,13 @@ def test_dead_worker_that_heartbeats_again_becomes_active(api: Api) -> None:
 
 
 @pytest.fixture
+def live_api(conn: Conn) -> Api:
+    """The API on an autocommit connection to a database of the test's own: NOTIFY is
+    delivered at commit, so these tests commit each call."""
+    return Api(conn)
+
+
+@pytest.fixture
 def listener(db_url: str) -> Iterator[Conn]:
     with psycopg.connect(db_url, autocommit=True) as connection:
         connection.execute(f"LISTEN {CHANNEL}")
@@ -594,64 +593,64 @@ def notifications(listener: Conn, conn: Conn) -> list[str]:
     pytest.fail("the fence notification never arrived")
 
 
-def test_pause_stops_claims_and_resume_wakes_the_queue_once(api: Api, listener: Conn) -> None:
-    queue_id = api.queue("emails")
-    worker = api.worker()
-    job = api.enqueue("emails")
-    assert api.value("SELECT codity.pause_queue('emails')")
-    assert notifications(listener, api.conn) == [str(queue_id)], "the enqueue before the pause"
+def test_pause_stops_claims_and_resume_wakes_the_queue_once(live_api: Api, listener: Conn) -> None:
+    queue_id = live_api.queue("emails")
+    worker = live_api.worker()
+    job = live_api.enqueue("emails")
+    assert live_api.value("SELECT codity.pause_queue('emails')")
+    assert notifications(listener, live_api.conn) == [str(queue_id)], "the enqueue before the pause"
 
-    assert api.claim(worker, "emails", 10) == []
-    api.enqueue("emails")
-    assert notifications(listener, api.conn) == [], (
+    assert live_api.claim(worker, "emails", 10) == []
+    live_api.enqueue("emails")
+    assert notifications(listener, live_api.conn) == [], (
         "neither pause nor enqueue into a paused queue wake"
     )
 
-    assert api.value("SELECT codity.resume_queue('emails')")
-    assert notifications(listener, api.conn) == [str(queue_id)]
-    assert [c.job_id for c in api.claim(worker, "emails", 10)] == [job, job + 1]
+    assert live_api.value("SELECT codity.resume_queue('emails')")
+    assert notifications(listener, live_api.conn) == [str(queue_id)]
+    assert [c.job_id for c in live_api.claim(worker, "emails", 10)] == [job, job + 1]
 
 
 def test_enqueue_of_a_due_job_notifies_once_and_of_a_delayed_one_not_at_all(
-    api: Api, listener: Conn
+    live_api: Api, listener: Conn
 ) -> None:
-    queue_id = api.queue("emails")
-    api.enqueue("emails", run_at=at(3600))
-    assert notifications(listener, api.conn) == []
-    api.enqueue("emails")
-    assert notifications(listener, api.conn) == [str(queue_id)]
+    queue_id = live_api.queue("emails")
+    live_api.enqueue("emails", run_at=at(3600))
+    assert notifications(listener, live_api.conn) == []
+    live_api.enqueue("emails")
+    assert notifications(listener, live_api.conn) == [str(queue_id)]
 
 
-def test_a_batch_of_100_due_jobs_raises_one_notification(api: Api, listener: Conn) -> None:
-    queue_id = api.queue("bulk")
+def test_a_batch_of_100_due_jobs_raises_one_notification(live_api: Api, listener: Conn) -> None:
+    queue_id = live_api.queue("bulk")
     jobs = Jsonb([{"task": "t", "payload": {"n": n}} for n in range(100)])
-    rows = api.conn.execute("SELECT * FROM codity.enqueue_many('bulk', %s)", [jobs]).fetchall()
+    rows = live_api.conn.execute("SELECT * FROM codity.enqueue_many('bulk', %s)", [jobs]).fetchall()
     assert len(rows) == 100
-    assert notifications(listener, api.conn) == [str(queue_id)]
+    assert notifications(listener, live_api.conn) == [str(queue_id)]
 
 
-def test_promote_notifies_each_queue_with_due_jobs_once(api: Api, listener: Conn) -> None:
-    first = api.queue("first")
-    second = api.queue("second")
-    api.queue("idle")
+def test_promote_notifies_each_queue_with_due_jobs_once(live_api: Api, listener: Conn) -> None:
+    first = live_api.queue("first")
+    second = live_api.queue("second")
+    live_api.queue("idle")
     for queue in ("first", "first", "second"):
-        api.enqueue(queue, run_at=at(60))
-    api.enqueue("idle", run_at=at(3600))
-    assert notifications(listener, api.conn) == []
+        live_api.enqueue(queue, run_at=at(60))
+    live_api.enqueue("idle", run_at=at(3600))
+    assert notifications(listener, live_api.conn) == []
 
-    assert api.promote(at(60)) == 3
+    assert live_api.promote(at(60)) == 3
 
-    assert sorted(notifications(listener, api.conn)) == sorted([str(first), str(second)])
+    assert sorted(notifications(listener, live_api.conn)) == sorted([str(first), str(second)])
 
 
-def test_claim_start_and_complete_raise_no_notification(api: Api, listener: Conn) -> None:
-    api.queue("quiet")
-    worker = api.worker()
-    api.enqueue("quiet")
-    notifications(listener, api.conn)
+def test_claim_start_and_complete_raise_no_notification(live_api: Api, listener: Conn) -> None:
+    live_api.queue("quiet")
+    worker = live_api.worker()
+    live_api.enqueue("quiet")
+    notifications(listener, live_api.conn)
 
-    claimed = api.claim_one(worker, "quiet")
-    assert notifications(listener, api.conn) == []
-    api.start(claimed)
-    api.complete(claimed)
-    assert notifications(listener, api.conn) == []
+    claimed = live_api.claim_one(worker, "quiet")
+    assert notifications(listener, live_api.conn) == []
+    live_api.start(claimed)
+    live_api.complete(claimed)
+    assert notifications(listener, live_api.conn) == []

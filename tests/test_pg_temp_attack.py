@@ -200,11 +200,11 @@ def play_with_and_without_shadows(db_url: str, role: str) -> tuple[list[Any], li
 
 @pytest.mark.parametrize("role", ROLES)
 def test_scenarios_call_every_function_the_role_may_execute(
-    conn: psycopg.Connection[Any], role: str
+    tx: psycopg.Connection[Any], role: str
 ) -> None:
     executable = {
         str(r[0])
-        for r in conn.execute(
+        for r in tx.execute(
             "SELECT p.proname FROM pg_catalog.pg_proc p"
             " WHERE p.pronamespace = 'codity'::regnamespace"
             "   AND pg_catalog.has_function_privilege(%s, p.oid, 'EXECUTE')",

@@ -25,15 +25,17 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer, EmbeddedServerError
 from tests.fault_tasks import create_tables
 from tests.ports import free_port
 from tests.processes import APP, CodityProcess, Probe, Processes, Ticker, wait_until
+from tests.sqlapi import NO_BACKOFF, create_queue_call, enqueue_many_call
 
-pytestmark = pytest.mark.faults
+# Marked one by one: `faults` leaves the default run (CI runs it, .ci/run). Two stay in the
+# default run as its smoke of real processes and signals: a SIGKILLed worker's job is
+# requeued, refunded and completed once, and Ctrl-C of a starting `codity up` exits 0.
 
 LEASE_S = 2
 
@@ -59,18 +61,18 @@ def _queue(
     probe: Probe, name: str, *, lease_s: int = LEASE_S, max_crashes: int = 5, attempts: int = 3
 ) -> None:
     probe.execute(
-        "SELECT codity.create_queue(%s, p_max_attempts => %s, p_backoff => 'fixed', "
-        "p_base_delay_ms => 0, p_max_delay_ms => 0, p_lease_seconds => %s, "
-        "p_max_crashes => %s)",
-        [name, attempts, lease_s, max_crashes],
+        *create_queue_call(
+            name,
+            max_attempts=attempts,
+            **NO_BACKOFF,
+            lease_seconds=lease_s,
+            max_crashes=max_crashes,
+        )
     )
 
 
 def _enqueue(probe: Probe, queue: str, jobs: list[dict[str, Any]]) -> list[int]:
-    rows = probe.execute(
-        "SELECT job_id FROM codity.enqueue_many(%s, %s) ORDER BY job_position", [queue, Jsonb(jobs)]
-    )
-    return [int(r[0]) for r in rows]
+    return [int(r[0]) for r in probe.execute(*enqueue_many_call(queue, jobs))]
 
 
 def _worker_id(probe: Probe, process: CodityProcess) -> int:
@@ -182,6 +184,7 @@ def test_sigkilled_worker_job_is_requeued_refunded_and_completed_once(
 # -- 2. SIGSTOP past the lease, SIGCONT after another worker completed the job ---------------
 
 
+@pytest.mark.faults
 def test_worker_frozen_past_its_lease_is_told_and_cannot_report(
     probe: Probe, procs: Processes
 ) -> None:
@@ -291,6 +294,7 @@ def test_worker_frozen_past_its_lease_is_told_and_cannot_report(
     _assert_no_job_completed_twice(probe)
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("owner", ["running", "completed"])
 def test_stale_completion_after_sigcont_is_refused_and_recorded(
     probe: Probe, procs: Processes, owner: str
@@ -375,6 +379,7 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
 # -- 3. SIGTERM under load -------------------------------------------------------------------
 
 
+@pytest.mark.faults
 def test_sigterm_under_load_drains_releases_unfinished_jobs_and_exits_zero(
     probe: Probe, procs: Processes
 ) -> None:
@@ -438,6 +443,7 @@ def test_sigterm_under_load_drains_releases_unfinished_jobs_and_exits_zero(
 # -- 4. A handler that kills its own process every time ---------------------------------------
 
 
+@pytest.mark.faults
 def test_job_that_kills_its_worker_every_time_is_dead_lettered_at_the_crash_cap(
     probe: Probe, procs: Processes
 ) -> None:
@@ -581,6 +587,7 @@ def _restart_or_terminate(server: EmbeddedServer, probe: Probe, fault: str) -> d
     return back
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("fault", ["fast", "immediate", "terminate"])
 def test_workers_reconnect_after_restart_or_killed_connections_and_lose_no_job(
     own_server: EmbeddedServer, own_db: str, tmp_path: Path, fault: str
@@ -680,6 +687,7 @@ def test_workers_reconnect_after_restart_or_killed_connections_and_lose_no_job(
         _assert_no_job_completed_twice(probe)
 
 
+@pytest.mark.faults
 def test_sigterm_while_the_database_is_down_exits_and_the_reaper_recovers_the_jobs(
     own_server: EmbeddedServer, own_db: str, tmp_path: Path
 ) -> None:
@@ -756,6 +764,7 @@ def _create_minutely_schedules(probe: Probe, count: int, now: datetime | None) -
     )
 
 
+@pytest.mark.faults
 def test_three_schedulers_ticking_across_minute_boundaries_create_one_job_per_minute(
     probe: Probe,
 ) -> None:
@@ -815,6 +824,7 @@ def test_three_schedulers_ticking_across_minute_boundaries_create_one_job_per_mi
     ]
 
 
+@pytest.mark.faults
 def test_three_scheduler_processes_fire_a_missed_minute_once_and_skip_the_backlog(
     probe: Probe, procs: Processes
 ) -> None:
@@ -882,6 +892,7 @@ def _answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("interrupt", ["terminal", "supervisor"])
 def test_codity_up_runs_a_thousand_jobs_exactly_once_and_ctrl_c_exits_zero(
     probe: Probe, procs: Processes, interrupt: str

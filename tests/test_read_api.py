@@ -9,45 +9,33 @@ login holding one role; tenancy of the views is proven in tests/test_web_rls.py.
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 import pytest
 
 from tests.logins import login_role
-
-Conn = psycopg.Connection[Any]
-
-
-def _one(conn: Conn, query: str, params: list[Any] | None = None) -> tuple[Any, ...]:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return tuple(row)
+from tests.sqlapi import NO_BACKOFF, create_queue, make_project, row
 
 
 def test_a_worker_login_follows_its_job_from_enqueue_to_result(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute(
-            "SELECT codity.create_queue('emails', p_max_attempts => 2, p_backoff => 'fixed',"
-            " p_base_delay_ms => 0, p_max_delay_ms => 0)"
-        )
+        create_queue(admin, "emails", max_attempts=2, **NO_BACKOFF)
     with login_role(db_url, "codity_worker") as url, psycopg.connect(url, autocommit=True) as w:
-        (job,) = _one(w, "SELECT job_id FROM codity.enqueue('emails', 'emails.send')")
+        (job,) = row(w, "SELECT job_id FROM codity.enqueue('emails', 'emails.send')")
         state = "SELECT job_status::text, attempt, last_error, result FROM codity.get_job(%s)"
-        assert _one(w, state, [job]) == ("queued", 0, None, None)
+        assert row(w, state, [job]) == ("queued", 0, None, None)
 
-        (worker,) = _one(w, "SELECT codity.register_worker('w', ARRAY['emails'])")
-        _, fence = _one(w, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker])
+        (worker,) = row(w, "SELECT codity.register_worker('w', ARRAY['emails'])")
+        _, fence = row(w, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker])
         w.execute("SELECT codity.start(%s, %s)", [job, fence])
         w.execute("SELECT codity.fail(%s, %s, 'SMTPError: 451')", [job, fence])
-        assert _one(w, state, [job]) == ("scheduled", 1, "SMTPError: 451", None)
+        assert row(w, state, [job]) == ("scheduled", 1, "SMTPError: 451", None)
 
         with psycopg.connect(db_url, autocommit=True) as admin:
             admin.execute("SELECT codity.promote()")
-        _, fence = _one(w, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker])
+        _, fence = row(w, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker])
         w.execute("SELECT codity.start(%s, %s)", [job, fence])
         w.execute('SELECT codity.complete(%s, %s, \'{"id": "msg-1"}\')', [job, fence])
-        assert _one(w, state, [job]) == ("completed", 2, "SMTPError: 451", {"id": "msg-1"})
+        assert row(w, state, [job]) == ("completed", 2, "SMTPError: 451", {"id": "msg-1"})
 
         attempts = w.execute(
             "SELECT fence, attempt, execution_status::text, error, result"
@@ -65,14 +53,9 @@ def test_a_worker_login_follows_its_job_from_enqueue_to_result(db_url: str) -> N
 
 def test_a_job_of_another_project_reads_as_missing(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as admin:
-        org = _one(admin, "INSERT INTO codity.orgs (slug, name) VALUES ('b', 'B') RETURNING id")
-        (other,) = _one(
-            admin,
-            "INSERT INTO codity.projects (org_id, slug, name) VALUES (%s, 'p', 'P') RETURNING id",
-            [org[0]],
-        )
+        _, other = make_project(admin, "b")
         admin.execute("SELECT codity.create_queue('emails', %s)", [other])
-        (job,) = _one(
+        (job,) = row(
             admin, "SELECT job_id FROM codity.enqueue('emails', 't', p_project_id => %s)", [other]
         )
     with login_role(db_url, "codity_worker") as url, psycopg.connect(url, autocommit=True) as w:
@@ -83,7 +66,7 @@ def test_a_job_of_another_project_reads_as_missing(db_url: str) -> None:
             with pytest.raises(psycopg.Error) as missing:
                 w.execute(query, [job])
             assert missing.value.sqlstate == "CD003"
-        assert _one(w, "SELECT job_status::text FROM codity.get_job(%s, %s)", [job, other]) == (
+        assert row(w, "SELECT job_status::text FROM codity.get_job(%s, %s)", [job, other]) == (
             "queued",
         )
 
@@ -92,13 +75,13 @@ def test_a_job_of_another_project_reads_as_missing(db_url: str) -> None:
 def test_a_dba_finds_dead_letters_and_rejections_by_view(db_url: str, role: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as admin:
         admin.execute("SELECT codity.create_queue('emails', p_max_attempts => 1)")
-        (worker,) = _one(admin, "SELECT codity.register_worker('w', ARRAY['emails'])")
-        (job,) = _one(admin, "SELECT job_id FROM codity.enqueue('emails', 'emails.send')")
-        _, fence = _one(admin, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker])
+        (worker,) = row(admin, "SELECT codity.register_worker('w', ARRAY['emails'])")
+        (job,) = row(admin, "SELECT job_id FROM codity.enqueue('emails', 'emails.send')")
+        _, fence = row(admin, "SELECT job_id, fence FROM codity.claim(%s, 'emails')", [worker])
         admin.execute("SELECT codity.start(%s, %s)", [job, fence])
         admin.execute("SELECT codity.fail(%s, %s, 'bounced')", [job, fence])
         admin.execute("SELECT codity.complete(%s, %s)", [job, fence])  # stale: recorded
-        (project,) = _one(admin, "SELECT id FROM codity.projects WHERE is_default")
+        (project,) = row(admin, "SELECT id FROM codity.projects WHERE is_default")
     with login_role(db_url, role) as url, psycopg.connect(url, autocommit=True) as dba:
         if role == "codity_app":  # the app role sees one tenant: the one its session names
             dba.execute("SELECT set_config('codity.project_id', %s, false)", [str(project)])
@@ -106,7 +89,7 @@ def test_a_dba_finds_dead_letters_and_rejections_by_view(db_url: str, role: str)
             "SELECT dead_letter_id, queue, job_id, reason, error FROM codity.dead_letter_overview"
             " WHERE replayed_at IS NULL"
         ).fetchall()
-        assert [row[1:] for row in letters] == [
+        assert [letter[1:] for letter in letters] == [
             ("emails", job, "failed: max attempts reached (1/1)", "bounced")
         ]
         rejections = dba.execute(
@@ -122,10 +105,10 @@ def test_a_dba_finds_dead_letters_and_rejections_by_view(db_url: str, role: str)
         ).fetchall()
         assert attempts == [(fence, "failed", "bounced")]
         if role == "codity_app":
-            replayed = _one(
+            replayed = row(
                 dba, "SELECT job_status::text FROM codity.replay_dead_letter(%s)", [letters[0][0]]
             )
             assert replayed == ("queued",)
-            assert _one(
+            assert row(
                 dba, "SELECT status::text FROM codity.job_overview WHERE job_id = %s", [job]
             ) == ("queued",)

@@ -3,6 +3,6 @@
 import psycopg
 
 
-def test_migrated_database_has_default_project(conn: psycopg.Connection) -> None:
-    row = conn.execute("SELECT slug FROM codity.projects WHERE is_default").fetchone()
+def test_migrated_database_has_default_project(tx: psycopg.Connection) -> None:
+    row = tx.execute("SELECT slug FROM codity.projects WHERE is_default").fetchone()
     assert row == ("default",)

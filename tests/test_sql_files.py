@@ -1,10 +1,11 @@
-"""Every sql/tests/*.sql file is one test, run whole in a fresh database of its own.
+"""Every sql/tests/*.sql file is one test, run whole in a transaction that is rolled back.
 
 The files are plain SQL that raise on failure (DO blocks with ASSERT), so psql can run them
 too: ``psql "$URL" -v ON_ERROR_STOP=1 -f sql/tests/_prelude.sql -f sql/tests/claim.sql``
 (the prelude defines helpers every file uses). Here the prelude and a file are sent in one
-call; PostgreSQL runs a multi-statement query string as one implicit transaction, so a file
-sees its own writes, and time moves only through the functions' ``p_now`` arguments.
+call, inside the rolled-back transaction of the ``tx`` fixture (on the session's shared
+database, so every file starts from the freshly migrated state), so a file sees its own
+writes, and time moves only through the functions' ``p_now`` arguments.
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ def test_sql_test_files_are_collected() -> None:
 
 
 @pytest.mark.parametrize("path", SQL_TESTS, ids=[p.name for p in SQL_TESTS])
-def test_sql_file_passes(db_url: str, path: Path) -> None:
+def test_sql_file_passes(tx: psycopg.Connection, path: Path) -> None:
     failure: str | None = None
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        try:
-            conn.execute(PRELUDE.read_bytes() + b"\n" + path.read_bytes())
-        except psycopg.Error as exc:
-            failure = _failure(path, exc)
+    try:
+        tx.execute(PRELUDE.read_bytes() + b"\n" + path.read_bytes())
+    except psycopg.Error as exc:
+        failure = _failure(path, exc)
     if failure is not None:
         pytest.fail(failure, pytrace=False)

@@ -19,14 +19,14 @@ FUNCTION_FILES = function_files()
 
 
 def _name(node: ast.CreateFunctionStmt) -> str:
-    return ".".join(part.sval for part in node.funcname)
+    return ".".join(part.sval for part in node.funcname or ())
 
 
 def _options(node: ast.CreateFunctionStmt) -> dict[str, object]:
     return {opt.defname: opt.arg for opt in node.options or ()}
 
 
-class _Unqualified(Visitor):  # type: ignore[misc]
+class _Unqualified(Visitor):
     """Collects table references that name no schema, except CTE names."""
 
     def __init__(self, ctes: set[str]) -> None:
@@ -35,17 +35,18 @@ class _Unqualified(Visitor):  # type: ignore[misc]
         self.found: list[str] = []
 
     def visit_RangeVar(self, _ancestors: object, node: ast.RangeVar) -> None:
-        if node.schemaname is None and node.relname not in self.ctes:
+        if node.schemaname is None and node.relname is not None and node.relname not in self.ctes:
             self.found.append(node.relname)
 
 
-class _CteNames(Visitor):  # type: ignore[misc]
+class _CteNames(Visitor):
     def __init__(self) -> None:
         super().__init__()
         self.names: set[str] = set()
 
     def visit_CommonTableExpr(self, _ancestors: object, node: ast.CommonTableExpr) -> None:
-        self.names.add(node.ctename)
+        if node.ctename is not None:
+            self.names.add(node.ctename)
 
 
 def _unqualified_tables(sql: str) -> list[str]:
@@ -64,7 +65,7 @@ def test_migrations_qualify_every_table_and_type_with_the_schema(path: Path) -> 
     tree = parse_sql(text)
     enums_created = [raw.stmt for raw in tree if isinstance(raw.stmt, ast.CreateEnumStmt)]
     for stmt in enums_created:
-        assert stmt.typeName[0].sval == "codity", stmt.typeName
+        assert stmt.typeName is not None and stmt.typeName[0].sval == "codity", stmt.typeName
 
 
 def test_the_qualification_check_finds_an_unqualified_table() -> None:
@@ -80,16 +81,16 @@ def test_function_file_has_the_shape_style_asks_for(path: Path) -> None:
     functions = [s for s in tree if isinstance(s, ast.CreateFunctionStmt)]
     assert functions, "one function (or a tight family) per file"
     commented = {
-        ".".join(p.sval for p in s.object.objname)
+        ".".join(p.sval for p in s.object.objname or ())
         for s in tree
         if isinstance(s, ast.CommentStmt) and isinstance(s.object, ast.ObjectWithArgs)
     }
     revoked = {
-        ".".join(p.sval for p in obj.objname)
+        ".".join(p.sval for p in obj.objname or ())
         for s in tree
         if isinstance(s, ast.GrantStmt) and not s.is_grant
-        for obj in s.objects
-        if any(g.roletype == enums.RoleSpecType.ROLESPEC_PUBLIC for g in s.grantees)
+        for obj in s.objects or ()
+        if any(g.roletype == enums.RoleSpecType.ROLESPEC_PUBLIC for g in s.grantees or ())
     }
     for fn in functions:
         name = _name(fn)

@@ -35,6 +35,7 @@ from codity.web.endpoint import Role
 from codity.web.passwords import MEMORY_COST_KIB, PARALLELISM, TIME_COST, hash_password
 from codity.web.settings import WebSettings
 from codity.web.tokens import issue_access
+from tests.conftest import cloned
 from tests.webapp import SETTINGS, User, add_user, bearer, make_tenant, web_client
 
 LOOSE = dataclasses.replace(SETTINGS, auth_attempts_per_window=10_000)
@@ -473,11 +474,26 @@ VECTOR_NAMES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def victim_world(pg_server_url: str, template_url: str) -> Iterator[tuple[str, User, int]]:
+    """An owner of one project and another project's id, in a database shared by the token
+    tests below: they only read (a refused token writes nothing, nor does a GET)."""
+    with cloned(pg_server_url) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            tenant = make_tenant(conn)
+            other = make_tenant(conn)
+            owner = add_user(conn, tenant, Role.OWNER)
+        yield url, owner, other.project_id
+
+
 @pytest.fixture
-def victim(conn: psycopg.Connection) -> tuple[User, int]:
-    tenant = make_tenant(conn)
-    other = make_tenant(conn)
-    return add_user(conn, tenant, Role.OWNER), other.project_id
+def victim(victim_world: tuple[str, User, int]) -> tuple[User, int]:
+    return victim_world[1], victim_world[2]
+
+
+@pytest.fixture
+def victim_url(victim_world: tuple[str, User, int]) -> str:
+    return victim_world[0]
 
 
 def test_jwt_vector_list_is_complete(victim: tuple[User, int]) -> None:
@@ -486,21 +502,21 @@ def test_jwt_vector_list_is_complete(victim: tuple[User, int]) -> None:
 
 @pytest.mark.parametrize("path", ["/api/v1/auth/me", "/api/v1/queues"])
 def test_a_genuine_access_token_is_accepted(
-    db_url: str, victim: tuple[User, int], path: str
+    victim_url: str, victim: tuple[User, int], path: str
 ) -> None:
     """The control for the vectors below: the same claims, honestly signed, get in."""
     user, _ = victim
-    with web_client(db_url, LOOSE) as client:
+    with web_client(victim_url, LOOSE) as client:
         assert client.get(path, headers=bearer(_signed(_claims(user)))).status_code == 200
 
 
 @pytest.mark.parametrize("vector", VECTOR_NAMES)
 @pytest.mark.parametrize("path", ["/api/v1/auth/me", "/api/v1/queues"])
 def test_forged_or_invalid_access_tokens_are_refused(
-    db_url: str, victim: tuple[User, int], path: str, vector: str
+    victim_url: str, victim: tuple[User, int], path: str, vector: str
 ) -> None:
     token = _vectors(*victim)[vector]
-    with web_client(db_url, LOOSE) as client:
+    with web_client(victim_url, LOOSE) as client:
         answer = client.get(path, headers=bearer(token))
     assert answer.status_code == 401, (vector, answer.text)
     assert _error_body(answer) == {
@@ -511,8 +527,8 @@ def test_forged_or_invalid_access_tokens_are_refused(
 
 
 @pytest.mark.parametrize("header", ["", "Bearer", "Bearer ", "Basic dXNlcjpwYXNz", "bearer"])
-def test_missing_or_other_scheme_credentials_are_refused(db_url: str, header: str) -> None:
-    with web_client(db_url, LOOSE) as client:
+def test_missing_or_other_scheme_credentials_are_refused(victim_url: str, header: str) -> None:
+    with web_client(victim_url, LOOSE) as client:
         answer = client.get("/api/v1/auth/me", headers={"Authorization": header} if header else {})
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"].startswith("Bearer")

@@ -12,12 +12,15 @@ Two orgs are built with the same shapes and, where it is most dangerous, the sam
 
 Break it first: ``test_dropping_the_guard_from_one_route_is_caught`` mounts the same list
 with one route's guard removed and shows this matrix failing for it.
+
+The two orgs are built once into a template database; each route's test gets a clone of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,8 @@ from starlette.testclient import TestClient
 from codity.web.app import create_app
 from codity.web.endpoint import Endpoint, Role, Scope
 from codity.web.routes import ALL_ROUTES
+from tests.conftest import WorldTemplate, cloned, world_template
+from tests.sqlapi import one
 from tests.webapp import SETTINGS, Tenant, User, add_user, api_key, bearer, make_tenant
 
 FOREIGN_MARK = "b-only"
@@ -49,12 +54,6 @@ class Side:
     spare_key: int
 
 
-def _one(conn: psycopg.Connection, sql: str, params: list[Any]) -> Any:
-    row = conn.execute(sql, params).fetchone()
-    assert row is not None, sql
-    return row[0]
-
-
 def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     tenant = make_tenant(conn, slug)
     p = tenant.project_id
@@ -63,15 +62,15 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     names = ["emails", "empty"] + ([FOREIGN_MARK] if foreign_only else [])
     for name in names:
         conn.execute("SELECT * FROM codity.create_queue(%s, %s, 1)", [name, p])
-    queued = _one(conn, "SELECT job_id FROM codity.enqueue('emails', 't', p_project_id => %s)", [p])
-    worker = _one(conn, "SELECT codity.register_worker('w', ARRAY['empty'], 1, 'h', 1, %s)", [p])
+    queued = one(conn, "SELECT job_id FROM codity.enqueue('emails', 't', p_project_id => %s)", [p])
+    worker = one(conn, "SELECT codity.register_worker('w', ARRAY['empty'], 1, 'h', 1, %s)", [p])
     conn.execute("SELECT * FROM codity.enqueue('empty', 'doomed', p_project_id => %s)", [p])
     job, fence = conn.execute(
         "SELECT job_id, fence FROM codity.claim(%s, 'empty', 1)", [worker]
     ).fetchone() or (0, 0)
     conn.execute("SELECT * FROM codity.start(%s, %s)", [job, fence])
     conn.execute("SELECT * FROM codity.fail(%s, %s, 'boom')", [job, fence])
-    dead_letter = _one(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [job])
+    dead_letter = one(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [job])
     schedules = ["nightly"] + ([FOREIGN_MARK] if foreign_only else [])
     for name in schedules:
         conn.execute(
@@ -79,7 +78,7 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
             " 0, %s)",
             [name, p],
         )
-    extra = _one(
+    extra = one(
         conn,
         "INSERT INTO codity.projects (org_id, slug, name) VALUES (%s, 'extra', 'Extra')"
         " RETURNING id",
@@ -87,7 +86,7 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     )
     spare_user = add_user(conn, tenant, Role.VIEWER).user_id
     spare_key_value = api_key(conn, tenant, Role.VIEWER)
-    spare_key = _one(
+    spare_key = one(
         conn,
         "SELECT id FROM codity.api_keys WHERE prefix = %s AND project_id = %s",
         [spare_key_value[:12], p],
@@ -95,8 +94,7 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     return Side(tenant, users, keys, queued, job, dead_letter, extra, spare_user, spare_key)
 
 
-@pytest.fixture
-def world(conn: psycopg.Connection) -> tuple[Side, Side]:
+def _two_sides(conn: psycopg.Connection) -> tuple[Side, Side]:
     # A user of no org, for the add-member route to add.
     conn.execute(
         "INSERT INTO codity.users (email, password_hash) VALUES ('outsider@nowhere.test', 'x')"
@@ -104,10 +102,29 @@ def world(conn: psycopg.Connection) -> tuple[Side, Side]:
     return _build(conn, "org-a", foreign_only=False), _build(conn, "org-b", foreign_only=True)
 
 
+@pytest.fixture(scope="module")
+def built(pg_server_url: str, template_url: str) -> Iterator[WorldTemplate[tuple[Side, Side]]]:
+    """The two tenants, built once into a template database for this module."""
+    with world_template(pg_server_url, _two_sides) as made:
+        yield made
+
+
+@pytest.fixture
+def db_url(pg_server_url: str, built: WorldTemplate[tuple[Side, Side]]) -> Iterator[str]:
+    """Here, each test's database is a clone of the two-tenant world (its requests write)."""
+    with cloned(pg_server_url, built.name) as url:
+        yield url
+
+
+@pytest.fixture
+def world(built: WorldTemplate[tuple[Side, Side]]) -> tuple[Side, Side]:
+    return built.world
+
+
 def _b_digest(conn: psycopg.Connection, b: Side) -> str:
     """Every row of B's, hashed: any write into B changes it."""
     return str(
-        _one(
+        one(
             conn,
             """
             SELECT md5(concat_ws('|',

@@ -4,15 +4,19 @@ As codity_app with tenant A's settings, a query with no WHERE at all sees A's ro
 none of B's, in every project-keyed table and every view (the views run with the caller's
 rights, security_invoker). Break it first: with RLS disabled on a table, or a view running
 with its owner's rights again, the same check sees B's rows (the detector below reports it).
+The two tenants are built once; each test runs in a transaction rolled back at its end.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from psycopg import errors
 
 from codity.web.endpoint import Role
+from tests.conftest import cloned, rolled_back
 from tests.webapp import Tenant, api_key, make_tenant
 
 PROJECT_TABLES = (
@@ -71,12 +75,33 @@ def _populate(conn: psycopg.Connection, tenant: Tenant) -> None:
     )
 
 
-@pytest.fixture
-def two_tenants(conn: psycopg.Connection) -> tuple[Tenant, Tenant]:
+def _two_tenants(conn: psycopg.Connection) -> tuple[Tenant, Tenant]:
     a, b = make_tenant(conn), make_tenant(conn)
     _populate(conn, a)
     _populate(conn, b)
     return a, b
+
+
+@pytest.fixture(scope="module")
+def world(pg_server_url: str, template_url: str) -> Iterator[tuple[str, tuple[Tenant, Tenant]]]:
+    """Tenants A and B, populated once for the module in a database of its own."""
+    with cloned(pg_server_url) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            tenants = _two_tenants(conn)
+        yield url, tenants
+
+
+@pytest.fixture
+def tx(world: tuple[str, tuple[Tenant, Tenant]]) -> Iterator[psycopg.Connection]:
+    """Here, the rolled-back transaction runs on the module's two-tenant database: the tests
+    that break RLS (ALTER TABLE, ALTER VIEW) have it undone before the next one starts."""
+    with rolled_back(world[0]) as connection:
+        yield connection
+
+
+@pytest.fixture
+def two_tenants(world: tuple[str, tuple[Tenant, Tenant]]) -> tuple[Tenant, Tenant]:
+    return world[1]
 
 
 def leaks(conn: psycopg.Connection, viewer: Tenant, other: Tenant) -> list[str]:
@@ -110,7 +135,9 @@ def leaks(conn: psycopg.Connection, viewer: Tenant, other: Tenant) -> list[str]:
         expected[view] = row[0]
 
     found = []
-    with conn.transaction():
+    # Rolled back, not released: in a test's own transaction the settings (SET LOCAL) of a
+    # released savepoint would outlive it.
+    with conn.transaction(force_rollback=True):
         conn.execute(
             "SELECT set_config('role', 'codity_app', true),"
             " set_config('codity.org_id', %s, true), set_config('codity.project_id', %s, true)",
@@ -124,56 +151,56 @@ def leaks(conn: psycopg.Connection, viewer: Tenant, other: Tenant) -> list[str]:
 
 
 def test_the_app_role_sees_only_its_tenants_rows_without_any_where(
-    conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
+    tx: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
 ) -> None:
     a, b = two_tenants
     for table in PROJECT_TABLES + ORG_TABLES + VIEWS:
-        row = conn.execute(f"SELECT count(*) FROM codity.{table}").fetchone()
+        row = tx.execute(f"SELECT count(*) FROM codity.{table}").fetchone()
         assert row is not None and row[0] > 0, f"{table} is empty: the check would prove nothing"
-    assert leaks(conn, a, b) == []
-    assert leaks(conn, b, a) == []
+    assert leaks(tx, a, b) == []
+    assert leaks(tx, b, a) == []
 
 
 def test_no_tenant_set_means_no_rows(
-    conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
+    tx: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
 ) -> None:
-    with conn.transaction():
-        conn.execute("SELECT set_config('role', 'codity_app', true)")
+    with tx.transaction(force_rollback=True):
+        tx.execute("SELECT set_config('role', 'codity_app', true)")
         for table in PROJECT_TABLES + ORG_TABLES + VIEWS:
-            assert conn.execute(f"SELECT count(*) FROM codity.{table}").fetchone() == (0,), table
+            assert tx.execute(f"SELECT count(*) FROM codity.{table}").fetchone() == (0,), table
 
 
 @pytest.mark.parametrize("table", PROJECT_TABLES + ORG_TABLES)
 def test_disabling_rls_on_a_table_is_detected(
-    conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant], table: str
+    tx: psycopg.Connection, two_tenants: tuple[Tenant, Tenant], table: str
 ) -> None:
     """Break it first: without the policy, tenant A's role reads B's rows."""
     a, b = two_tenants
-    conn.execute(f"ALTER TABLE codity.{table} DISABLE ROW LEVEL SECURITY")
-    assert table in leaks(conn, a, b)
+    tx.execute(f"ALTER TABLE codity.{table} DISABLE ROW LEVEL SECURITY")
+    assert table in leaks(tx, a, b)
 
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_a_view_running_with_its_owners_rights_is_detected(
-    conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant], view: str
+    tx: psycopg.Connection, two_tenants: tuple[Tenant, Tenant], view: str
 ) -> None:
     """Break it first: with its owner's rights a view bypasses RLS (the bug of migration 2)."""
     a, b = two_tenants
-    conn.execute(f"ALTER VIEW codity.{view} SET (security_invoker = false)")
-    assert view in leaks(conn, a, b)
+    tx.execute(f"ALTER VIEW codity.{view} SET (security_invoker = false)")
+    assert view in leaks(tx, a, b)
 
 
 def test_the_app_role_cannot_turn_rls_off_or_write_job_state(
-    conn: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
+    tx: psycopg.Connection, two_tenants: tuple[Tenant, Tenant]
 ) -> None:
     a, _ = two_tenants
-    conn.execute("SET ROLE codity_app")
-    conn.execute("SELECT set_config('codity.project_id', %s, false)", [str(a.project_id)])
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("ALTER TABLE codity.jobs DISABLE ROW LEVEL SECURITY")
-    with pytest.raises(errors.InsufficientPrivilege):
-        conn.execute("UPDATE codity.jobs SET status = 'completed'")
-    row = conn.execute(
+    tx.execute("SET ROLE codity_app")
+    tx.execute("SELECT set_config('codity.project_id', %s, false)", [str(a.project_id)])
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("ALTER TABLE codity.jobs DISABLE ROW LEVEL SECURITY")
+    with pytest.raises(errors.InsufficientPrivilege), tx.transaction():
+        tx.execute("UPDATE codity.jobs SET status = 'completed'")
+    row = tx.execute(
         "SELECT rolbypassrls, rolsuper FROM pg_catalog.pg_roles WHERE rolname = 'codity_app'"
     ).fetchone()
     assert row == (False, False)

@@ -406,17 +406,17 @@ def test_next_runs_of_every_quarter_hour_are_15_minutes_apart_in_the_future(
             assert bad.status_code == 422, (count, bad.text)
 
 
-def test_next_runs_follow_london_across_both_dst_changes(conn: psycopg.Connection) -> None:
+def test_next_runs_follow_london_across_both_dst_changes(tx: psycopg.Connection) -> None:
     """In SQL with a fixed p_now: what the API's next-runs route answers on those days."""
-    tenant = make_tenant(conn)
-    add_queue(conn, tenant)
-    add_schedule(conn, tenant, "quarterly", cron="*/15 * * * *", time_zone="Europe/London")
-    add_schedule(conn, tenant, "half-past-one", cron="30 1 * * *", time_zone="Europe/London")
+    tenant = make_tenant(tx)
+    add_queue(tx, tenant)
+    add_schedule(tx, tenant, "quarterly", cron="*/15 * * * *", time_zone="Europe/London")
+    add_schedule(tx, tenant, "half-past-one", cron="30 1 * * *", time_zone="Europe/London")
 
     def runs(name: str, count: int, now: str) -> list[tuple[str, str]]:
         return [
             (run_at.astimezone(UTC).strftime("%m-%d %H:%M"), local.strftime("%m-%d %H:%M"))
-            for run_at, local in conn.execute(
+            for run_at, local in tx.execute(
                 "SELECT run_at, local_time FROM codity.schedule_next_runs(%s, %s, %s, %s)",
                 [name, count, tenant.project_id, now],
             )
@@ -447,23 +447,23 @@ def test_next_runs_follow_london_across_both_dst_changes(conn: psycopg.Connectio
         ("10-27 01:00", "10-27 01:00"),
         ("10-27 01:15", "10-27 01:15"),
     ]
-    with pytest.raises(psycopg.Error) as bad_count:
+    with pytest.raises(psycopg.Error) as bad_count, tx.transaction():
         runs("quarterly", 101, "2024-01-01Z")
     assert bad_count.value.sqlstate == "CD010"
-    with pytest.raises(psycopg.Error) as missing:
+    with pytest.raises(psycopg.Error) as missing, tx.transaction():
         runs("nope", 1, "2024-01-01Z")
     assert missing.value.sqlstate == "CD006"
 
 
 def test_run_now_and_delete_in_sql_raise_cd006_for_a_missing_schedule(
-    conn: psycopg.Connection,
+    tx: psycopg.Connection,
 ) -> None:
     for call in (
         "SELECT codity.run_schedule_now('nope')",
         "SELECT codity.delete_schedule('nope')",
     ):
-        with pytest.raises(psycopg.Error) as missing:
-            conn.execute(call)
+        with pytest.raises(psycopg.Error) as missing, tx.transaction():
+            tx.execute(call)
         assert missing.value.sqlstate == "CD006"
 
 

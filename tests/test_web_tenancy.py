@@ -547,7 +547,7 @@ def test_a_removed_member_loses_access_and_their_sessions_in_that_org_only(
         removed = client.delete(f"/api/v1/members/{member.user_id}", headers=admin.headers)
         assert removed.status_code == 204
         assert client.get("/api/v1/org", headers=member.headers).status_code == 403
-    revoked = dict(
+    revoked: dict[int, bool] = dict(
         conn.execute(
             "SELECT org_id, revoked_at IS NOT NULL FROM codity.refresh_tokens WHERE user_id = %s",
             [member.user_id],

@@ -68,7 +68,7 @@ def test_a_result_the_database_refuses_fails_that_job_and_never_the_worker(
     async def ok(payload: Any, ctx: JobContext) -> dict[str, int]:
         return {"n": payload["n"]}
 
-    jobs = [{"task": t} for t in ("big", "clock", "nul")]
+    jobs: list[dict[str, Any]] = [{"task": t} for t in ("big", "clock", "nul")]
     jobs += [{"task": "ok", "payload": {"n": i}} for i in range(20)]
     conn.execute("SELECT codity.enqueue_many('work', %s)", [Jsonb(jobs)])
 

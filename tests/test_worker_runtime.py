@@ -10,16 +10,15 @@ import psycopg
 import pytest
 
 from codity.worker import JobContext, NonRetryable, Registry, Worker, WorkerConfig
+from tests.sqlapi import NO_BACKOFF, create_queue
 
 FAST = {"heartbeat_s": 0.2, "poll_s": 0.5, "grace_s": 2.0}
 
 
 def _setup(conn: psycopg.Connection, max_attempts: int = 2) -> None:
-    conn.execute(
-        "SELECT codity.create_queue('work', p_max_attempts => %s, p_backoff => 'fixed', "
-        "p_base_delay_ms => 0, p_max_delay_ms => 0)",
-        [max_attempts],
-    )
+    """Queue ``work``, retried at once. (tests/test_worker_faults.py and
+    tests/test_worker_lost_answers.py import it under this name.)"""
+    create_queue(conn, "work", max_attempts=max_attempts, **NO_BACKOFF)
 
 
 def _statuses(conn: psycopg.Connection) -> dict[str, int]:
@@ -85,7 +84,9 @@ def test_worker_runs_sync_and_async_handlers_and_reports_outcomes(
     asyncio.run(_run_until(db_url, registry, done))
 
     assert len(seen) == 25
-    reasons = dict(conn.execute("SELECT task, reason FROM codity.dead_letters").fetchall())
+    reasons: dict[str, str] = dict(
+        conn.execute("SELECT task, reason FROM codity.dead_letters").fetchall()
+    )
     assert reasons == {
         "always.fails": "failed: max attempts reached (2/2)",
         "never.retry": "failed: not retryable",
@@ -167,7 +168,8 @@ def test_idle_worker_picks_up_new_job(db_url: str, conn: psycopg.Connection, lis
 
     async def scenario() -> None:
         stop = asyncio.Event()
-        worker = Worker(db_url, registry, WorkerConfig(queues=("work",), listen=listen, **FAST))
+        config = WorkerConfig(queues=("work",), listen=listen, **FAST)  # type: ignore[arg-type]
+        worker = Worker(db_url, registry, config)
         runner = asyncio.create_task(worker.run(stop))
         await asyncio.sleep(0.5)  # idle, listening
         conn.execute("SELECT codity.enqueue('work', 'ping')")
@@ -222,7 +224,7 @@ def test_handler_past_the_queue_timeout_fails_and_an_unknown_task_is_retried(
         ).fetchone() == (2,)
 
     asyncio.run(_run_until(db_url, registry, done))
-    errors = dict(
+    errors: dict[str, str] = dict(
         conn.execute(
             "SELECT j.task, x.error FROM codity.job_executions x "
             "JOIN codity.jobs j ON j.id = x.job_id"
@@ -232,5 +234,7 @@ def test_handler_past_the_queue_timeout_fails_and_an_unknown_task_is_retried(
         "sleepy": "Timeout: handler ran longer than 1s",
         "nobody.handles.this": "UnknownTask: no handler registered for 'nobody.handles.this'",
     }
-    statuses = dict(conn.execute("SELECT task, status::text FROM codity.jobs").fetchall())
+    statuses: dict[str, str] = dict(
+        conn.execute("SELECT task, status::text FROM codity.jobs").fetchall()
+    )
     assert statuses == {"sleepy": "dead_letter", "nobody.handles.this": "scheduled"}

@@ -15,28 +15,16 @@ import psycopg
 import pytest
 
 from tests.logins import login_role
+from tests.sqlapi import make_project
 
 Conn = psycopg.Connection[Any]
-
-
-def _project(conn: Conn, slug: str) -> int:
-    org = conn.execute(
-        "INSERT INTO codity.orgs (slug, name) VALUES (%s, %s) RETURNING id", [slug, slug]
-    ).fetchone()
-    assert org is not None
-    row = conn.execute(
-        "INSERT INTO codity.projects (org_id, slug, name) VALUES (%s, 'main', 'Main') RETURNING id",
-        [org[0]],
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.fixture
 def two_projects(db_url: str) -> tuple[int, int]:
     """Projects A and B, each with queues emails and reports holding one job each."""
     with psycopg.connect(db_url, autocommit=True) as admin:
-        a, b = _project(admin, "org-a"), _project(admin, "org-b")
+        a, b = make_project(admin, "org-a")[1], make_project(admin, "org-b")[1]
         for project in (a, b):
             for queue in ("emails", "reports"):
                 admin.execute("SELECT codity.create_queue(%s, %s)", [queue, project])

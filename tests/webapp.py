@@ -19,6 +19,7 @@ from codity.web.endpoint import Role
 from codity.web.keys import display_prefix, hash_key, new_key
 from codity.web.settings import WebSettings
 from codity.web.tokens import issue_access
+from tests.sqlapi import make_project
 
 __all__ = ["Tenant", "User", "add_user", "api_key", "bearer", "make_tenant", "web_client"]
 
@@ -58,16 +59,8 @@ def bearer(credential: str) -> dict[str, str]:
 
 def make_tenant(conn: psycopg.Connection, slug: str | None = None) -> Tenant:
     slug = slug or f"org-{next(_serial)}"
-    row = conn.execute(
-        "INSERT INTO codity.orgs (slug, name) VALUES (%s, %s) RETURNING id", [slug, slug]
-    ).fetchone()
-    assert row is not None
-    project = conn.execute(
-        "INSERT INTO codity.projects (org_id, slug, name) VALUES (%s, 'main', 'Main') RETURNING id",
-        [row[0]],
-    ).fetchone()
-    assert project is not None
-    return Tenant(org_id=row[0], project_id=project[0], slug=slug)
+    org_id, project_id = make_project(conn, slug)
+    return Tenant(org_id=org_id, project_id=project_id, slug=slug)
 
 
 def add_user(

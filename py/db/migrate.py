@@ -17,6 +17,7 @@ whole run; the second then finds nothing to apply and re-applies the same functi
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -32,8 +33,15 @@ MIGRATE_LOCK_KEY = int.from_bytes(b"codity.m", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def sql_dir() -> Path:
+    """The SQL that ships in the package (``codity.sql``: sql/ of the checkout), or
+    CODITY_SQL_DIR. A directory on disk: installs are wheels, never zip imports."""
     override = os.environ.get("CODITY_SQL_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "sql"
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("codity.sql")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the codity.sql package data is missing: reinstall codity")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def function_files() -> list[Path]:
