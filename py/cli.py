@@ -10,6 +10,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+import psycopg
+
+from codity.cli_checks import UsageError, configure_logging, require_free_port
 from codity.config import Settings, load_settings
 from codity.db import database_url, embedded_server, migrate
 from codity.db.embedded import EmbeddedServerError
@@ -25,7 +28,7 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if settings.database_url and args.action != "url":
         print("DATABASE_URL is set: the embedded server is not used.", file=sys.stderr)
         if args.action == "psql":
-            return subprocess.call(["psql", settings.database_url])
+            return subprocess.call(["psql", settings.database_url, *args.psql_args])
         return 1
     server = embedded_server(settings)
     if args.action == "start":
@@ -42,9 +45,9 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     elif args.action == "url":
         print(database_url(settings, start=False))
     elif args.action == "psql":
-        server.start()
-        server.ensure_database()
-        return subprocess.call([str(server.bin_dir / "psql"), server.url()])
+        if not server.is_running():
+            raise UsageError("the embedded database is stopped; start it with `codity db start`")
+        return subprocess.call([str(server.bin_dir / "psql"), server.url(), *args.psql_args])
     return 0
 
 
@@ -57,6 +60,15 @@ def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def _stop_signal() -> StopSignal:
     return StopSignal().install(signal.SIGINT, signal.SIGTERM)
+
+
+def _running_url(settings: Settings) -> str:
+    """Where a one-shot read connects: never starts the embedded server (after `codity db
+    stop`, `status` says so instead of bringing it back)."""
+    url = database_url(settings, start=False)
+    if not settings.database_url and not embedded_server(settings).is_running():
+        raise UsageError("the embedded database is stopped; start it with `codity db start`")
+    return url
 
 
 def _url_without_starting(settings: Settings, command: str) -> str:
@@ -87,7 +99,10 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from codity.worker.main import load_registry, run_worker
     from codity.worker.runtime import WorkerConfig
 
-    registry = load_registry(args.app)
+    try:
+        registry = load_registry(args.app, args.app_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     config = WorkerConfig(
         queues=tuple(args.queue),
         concurrency=args.concurrency,
@@ -120,6 +135,7 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from codity.demo import DEMO_OPERATOR_EMAIL, DEMO_OPERATOR_PASSWORD, seed_demo
     from codity.supervisor import ChildSpec, Supervisor
 
+    require_free_port(args.host, args.port)  # before anything starts, like the database's
     url = database_url(settings)
     migrate(url)
     if args.demo:
@@ -155,17 +171,17 @@ def _cmd_web(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from codity.web.app import create_app
-    from codity.web.logs import configure_json_logging
     from codity.web.settings import load_web_settings
 
+    require_free_port(args.host, args.port)
     url = database_url(settings)
     try:
         web_settings = load_web_settings(settings.home)
     except ValueError as exc:
-        raise SystemExit(f"codity web: {exc}") from None
-    configure_json_logging(logging.DEBUG if args.verbose else logging.INFO)
+        raise UsageError(f"web: {exc}") from None
     logging.getLogger("uvicorn.access").disabled = True
-    print(f"Codity API on http://{args.host}:{args.port}/api/v1 (docs: /api/v1/docs)", flush=True)
+    base = f"http://{args.host}:{args.port}"
+    print(f"Codity API docs on {base}/api/v1/docs (health: {base}/readyz)", flush=True)
     uvicorn.run(
         create_app(url, web_settings),
         host=args.host,
@@ -202,7 +218,7 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from codity.status import collect_status, render_status
 
-    print(render_status(collect_status(database_url(settings)), as_json=args.json))
+    print(render_status(collect_status(_running_url(settings)), as_json=args.json))
     return 0
 
 
@@ -264,10 +280,17 @@ def _parser() -> argparse.ArgumentParser:
     web_port = int(os.environ.get("PORT") or 3000)
     parser = argparse.ArgumentParser(prog="codity", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "text", "json"],
+        default=os.environ.get("CODITY_LOG_FORMAT") or "auto",
+        help="text for a terminal, JSON lines otherwise (auto); CODITY_LOG_FORMAT",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     db = sub.add_parser("db", help="the embedded PostgreSQL server")
     db.add_argument("action", choices=["start", "stop", "status", "url", "psql"])
+    db.add_argument("psql_args", nargs=argparse.REMAINDER, help="psql: arguments passed on")
     db.set_defaults(func=_cmd_db)
 
     sub.add_parser("migrate", help="apply migrations and functions").set_defaults(func=_cmd_migrate)
@@ -310,6 +333,11 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--concurrency", type=int, default=_env_ms("WORKER_CAPACITY", 5), help="WORKER_CAPACITY (5)"
     )
+    worker.add_argument(
+        "--app-dir",
+        default=".",
+        help="folder put first on the import path for --app (default: the current one)",
+    )
     worker.add_argument("--name", help="worker name (default host-pid)")
     worker.add_argument("--no-listen", action="store_true", help="poll only (benchmarks)")
     worker.set_defaults(func=_cmd_worker)
@@ -338,20 +366,25 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("yoyo").setLevel(logging.WARNING)
+    configure_logging(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     try:
         return int(args.func(args, load_settings()))
-    except EmbeddedServerError as exc:
+    except (EmbeddedServerError, UsageError) as exc:
         print(f"codity: {exc}", file=sys.stderr)
         return 2
     except CodityError as exc:  # the database refused what the command line asked for
         hint = f" ({exc.hint})" if exc.hint else ""
         print(f"codity: {exc.message}{hint} [{exc.sqlstate}]", file=sys.stderr)
         return 2
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"codity: cannot reach the database: {first}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `codity status | head`: the reader left. Say nothing more, and do not let Python
+        # complain about the closed stdout on the way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

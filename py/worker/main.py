@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import signal
+import sys
+from pathlib import Path
 
 from codity.worker.registry import Registry
 from codity.worker.runtime import Worker, WorkerConfig
@@ -12,14 +14,30 @@ from codity.worker.runtime import Worker, WorkerConfig
 __all__ = ["load_registry", "run_worker"]
 
 
-def load_registry(spec: str) -> Registry:
-    """Import ``module:attribute`` and return the Registry found there."""
+def load_registry(spec: str, app_dir: str | None = ".") -> Registry:
+    """Import ``module:attribute`` and return the Registry found there.
+
+    ``app_dir`` (the current directory by default, as uvicorn and celery do) goes first on
+    the import path, so ``--app myapp.tasks:registry`` finds ./myapp/tasks.py. Raises
+    ValueError with a sentence for a person when the spec is wrong or the import fails.
+    """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"--app must look like module:registry, got {spec!r}")
-    registry = getattr(importlib.import_module(module_name), attribute, None)
+    if app_dir is not None:
+        folder = str(Path(app_dir).resolve())
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        where = f" (looked in {app_dir!r} and the installed packages)" if app_dir else ""
+        raise ValueError(f"--app {spec}: no module named {exc.name!r}{where}") from None
+    registry = getattr(module, attribute, None)
+    if registry is None:
+        raise ValueError(f"--app {spec}: module {module_name!r} has no {attribute!r}")
     if not isinstance(registry, Registry):
-        raise ValueError(f"{spec} is not a codity.worker.Registry")
+        raise ValueError(f"--app {spec}: {attribute!r} is not a codity.worker.Registry")
     return registry
 
 

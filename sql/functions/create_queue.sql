@@ -1,19 +1,24 @@
--- codity.create_queue: define a queue and its retry policy, or update it; idempotent on name.
+-- codity.create_queue: define a queue and its retry policy, or change it; idempotent on name.
 --
 -- Declarative: running the same call twice leaves one queue with that policy, so set-up
--- scripts (codity demo, deployment hooks) can simply re-run. Every argument is checked
--- here with a message naming it (CD010) before the table's CHECKs are reached.
--- Locks the queue row on update. Callers: operators, the web API, codity demo.
+-- scripts (codity demo, deployment hooks) can simply re-run. On an existing queue only what
+-- is passed changes: an argument left out (NULL) keeps the queue's value — an upsert that
+-- reset every unnamed setting to its default would silently undo an operator's tuning
+-- (create_queue('emails', p_max_attempts => 5) once reset max_delay_ms). A new queue gets
+-- the defaults for what is left out. Every value the queue will have is checked here, with
+-- a message naming it (CD010), before the table's CHECKs are reached.
+-- Locks the queue row (when it exists) for the check and the update.
+-- Callers: operators, the web API, codity demo.
 
 CREATE OR REPLACE FUNCTION codity.create_queue(
     p_name text,
     p_project_id bigint DEFAULT NULL,
-    p_max_attempts integer DEFAULT 3,
-    p_backoff text DEFAULT 'exponential',
-    p_base_delay_ms integer DEFAULT 1000,
-    p_max_delay_ms integer DEFAULT 3600000,
-    p_lease_seconds integer DEFAULT 30,
-    p_max_crashes integer DEFAULT 5,
+    p_max_attempts integer DEFAULT NULL,
+    p_backoff text DEFAULT NULL,
+    p_base_delay_ms integer DEFAULT NULL,
+    p_max_delay_ms integer DEFAULT NULL,
+    p_lease_seconds integer DEFAULT NULL,
+    p_max_crashes integer DEFAULT NULL,
     p_job_timeout_seconds integer DEFAULT NULL
 )
 RETURNS TABLE (queue_id bigint, created boolean)
@@ -25,34 +30,57 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
+    v_old codity.queues;
+    v_max_attempts integer;
+    v_backoff text;
+    v_base_delay_ms integer;
+    v_max_delay_ms integer;
+    v_lease_seconds integer;
+    v_max_crashes integer;
+    v_job_timeout_seconds integer;
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
         RAISE EXCEPTION 'invalid queue name %', coalesce(quote_literal(p_name), 'NULL')
             USING ERRCODE = 'CD010',
                   HINT = 'Use 1 to 128 letters, digits, _ . : or -, starting with a letter or digit.';
     END IF;
-    IF p_backoff IS NULL OR p_backoff NOT IN ('fixed', 'linear', 'exponential') THEN
-        RAISE EXCEPTION 'backoff must be fixed, linear or exponential, got %', coalesce(quote_literal(p_backoff), 'NULL')
+    SELECT q.* INTO v_old FROM codity.queues q
+    WHERE q.project_id = v_project_id AND q.name = p_name
+    FOR UPDATE;
+    -- What the queue will hold: the argument, else what it holds now, else the default.
+    v_max_attempts := coalesce(p_max_attempts, v_old.max_attempts, 3);
+    v_backoff := coalesce(p_backoff, v_old.backoff::text, 'exponential');
+    v_base_delay_ms := coalesce(p_base_delay_ms, v_old.base_delay_ms, 1000);
+    v_max_delay_ms := coalesce(p_max_delay_ms, v_old.max_delay_ms, 3600000);
+    v_lease_seconds := coalesce(p_lease_seconds, v_old.lease_seconds, 30);
+    v_max_crashes := coalesce(p_max_crashes, v_old.max_crashes, 5);
+    -- 0 removes a timeout; NULL keeps the current one (none for a new queue).
+    v_job_timeout_seconds := CASE WHEN p_job_timeout_seconds IS NULL THEN v_old.job_timeout_seconds
+                                  ELSE NULLIF(p_job_timeout_seconds, 0) END;
+
+    IF v_backoff NOT IN ('fixed', 'linear', 'exponential') THEN
+        RAISE EXCEPTION 'backoff must be fixed, linear or exponential, got %', quote_literal(v_backoff)
             USING ERRCODE = 'CD010';
     END IF;
-    IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'max_attempts must be from 1 to 1000, got %', p_max_attempts USING ERRCODE = 'CD010';
+    IF v_max_attempts NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be from 1 to 1000, got %', v_max_attempts USING ERRCODE = 'CD010';
     END IF;
-    IF p_base_delay_ms IS NULL OR p_base_delay_ms < 0 THEN
-        RAISE EXCEPTION 'base_delay_ms must not be negative, got %', p_base_delay_ms USING ERRCODE = 'CD010';
+    IF v_base_delay_ms < 0 THEN
+        RAISE EXCEPTION 'base_delay_ms must not be negative, got %', v_base_delay_ms USING ERRCODE = 'CD010';
     END IF;
-    IF p_max_delay_ms IS NULL OR p_max_delay_ms < p_base_delay_ms THEN
-        RAISE EXCEPTION 'max_delay_ms must be at least base_delay_ms (%), got %', p_base_delay_ms, p_max_delay_ms
+    IF v_max_delay_ms < v_base_delay_ms THEN
+        RAISE EXCEPTION 'max_delay_ms must be at least base_delay_ms (%), got %', v_base_delay_ms, v_max_delay_ms
             USING ERRCODE = 'CD010';
     END IF;
-    IF p_lease_seconds IS NULL OR p_lease_seconds NOT BETWEEN 1 AND 86400 THEN
-        RAISE EXCEPTION 'lease_seconds must be from 1 to 86400, got %', p_lease_seconds USING ERRCODE = 'CD010';
+    IF v_lease_seconds NOT BETWEEN 1 AND 86400 THEN
+        RAISE EXCEPTION 'lease_seconds must be from 1 to 86400, got %', v_lease_seconds USING ERRCODE = 'CD010';
     END IF;
-    IF p_max_crashes IS NULL OR p_max_crashes NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'max_crashes must be from 1 to 1000, got %', p_max_crashes USING ERRCODE = 'CD010';
+    IF v_max_crashes NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'max_crashes must be from 1 to 1000, got %', v_max_crashes USING ERRCODE = 'CD010';
     END IF;
-    IF p_job_timeout_seconds IS NOT NULL AND p_job_timeout_seconds < 1 THEN
-        RAISE EXCEPTION 'job_timeout_seconds must be positive, got %', p_job_timeout_seconds USING ERRCODE = 'CD010';
+    IF p_job_timeout_seconds < 0 THEN
+        RAISE EXCEPTION 'job_timeout_seconds must be positive (or 0 for none), got %', p_job_timeout_seconds
+            USING ERRCODE = 'CD010';
     END IF;
 
     RETURN QUERY
@@ -60,8 +88,8 @@ BEGIN
         (project_id, name, max_attempts, backoff, base_delay_ms, max_delay_ms,
          lease_seconds, max_crashes, job_timeout_seconds)
     VALUES
-        (v_project_id, p_name, p_max_attempts, p_backoff::codity.backoff_kind, p_base_delay_ms,
-         p_max_delay_ms, p_lease_seconds, p_max_crashes, p_job_timeout_seconds)
+        (v_project_id, p_name, v_max_attempts, v_backoff::codity.backoff_kind, v_base_delay_ms,
+         v_max_delay_ms, v_lease_seconds, v_max_crashes, v_job_timeout_seconds)
     ON CONFLICT (project_id, name) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff = EXCLUDED.backoff,
         base_delay_ms = EXCLUDED.base_delay_ms, max_delay_ms = EXCLUDED.max_delay_ms,
@@ -72,12 +100,14 @@ END;
 $$;
 
 COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer) IS
-'Create a queue with its retry policy, or update the policy of the queue with that name.
+'Create a queue with its retry policy, or change the settings you pass of the queue with that name.
 
-max_attempts (1..1000), backoff (fixed | linear | exponential), base_delay_ms and
-max_delay_ms, lease_seconds (how long a claim lasts without a heartbeat), max_crashes (how
-many expired leases are refunded before the job is dead-lettered) and job_timeout_seconds
-(enforced by workers). created is false when the queue already existed. Raises CD010.
+max_attempts (1..1000, default 3), backoff (fixed | linear | exponential, default
+exponential), base_delay_ms (1000) and max_delay_ms (3600000), lease_seconds (how long a
+claim lasts without a heartbeat, 30), max_crashes (how many expired leases are refunded
+before the job is dead-lettered, 5) and job_timeout_seconds (enforced by workers; none by
+default, 0 removes it). On an existing queue an argument left out keeps its value. created
+is false when the queue already existed. Raises CD010.
 Example: SELECT * FROM codity.create_queue(''emails'', p_max_attempts => 5, p_backoff => ''exponential'');';
 
 REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer) FROM PUBLIC;

@@ -40,6 +40,15 @@ BEGIN
     SELECT * INTO q FROM codity.queues WHERE id = r1.queue_id;
     ASSERT q.max_attempts = 8 AND q.backoff = 'linear' AND q.base_delay_ms = 200 AND q.max_delay_ms = 900
            AND q.lease_seconds = 60 AND q.max_crashes = 2 AND q.job_timeout_seconds = 90, format('policy updated: %s', q);
+    -- Only what is passed changes: the rest of the tuning stays.
+    PERFORM codity.create_queue('q-policy', p_max_attempts => 4);
+    SELECT * INTO q FROM codity.queues WHERE id = r1.queue_id;
+    ASSERT q.max_attempts = 4 AND q.backoff = 'linear' AND q.base_delay_ms = 200 AND q.max_delay_ms = 900
+           AND q.lease_seconds = 60 AND q.max_crashes = 2 AND q.job_timeout_seconds = 90,
+        format('only max_attempts changed: %s', q);
+    PERFORM codity.create_queue('q-policy', p_job_timeout_seconds => 0);
+    ASSERT (SELECT job_timeout_seconds IS NULL AND max_attempts = 4 FROM codity.queues WHERE id = r1.queue_id),
+        '0 removes the timeout and nothing else';
 END;
 $$;
 
@@ -82,7 +91,8 @@ BEGIN
             ('SELECT * FROM codity.create_queue(''q'', p_lease_seconds => 0)', 'lease_seconds must be from 1 to 86400, got 0', 'CD010'),
             ('SELECT * FROM codity.create_queue(''q'', p_lease_seconds => 86401)', 'lease_seconds must be from 1 to 86400, got 86401', 'CD010'),
             ('SELECT * FROM codity.create_queue(''q'', p_max_crashes => 0)', 'max_crashes must be from 1 to 1000, got 0', 'CD010'),
-            ('SELECT * FROM codity.create_queue(''q'', p_job_timeout_seconds => 0)', 'job_timeout_seconds must be positive, got 0', 'CD010'),
+            ('SELECT * FROM codity.create_queue(''q'', p_job_timeout_seconds => -1)', 'job_timeout_seconds must be positive (or 0 for none), got -1', 'CD010'),
+            ('SELECT * FROM codity.create_queue(''q-policy'', p_base_delay_ms => 5000)', 'max_delay_ms must be at least base_delay_ms (5000), got 900', 'CD010'),
             ('SELECT * FROM codity.create_queue(''q'', p_project_id => 987654)', 'project 987654 does not exist', 'CD002'),
             ('SELECT * FROM codity.create_queue(''q-policy'', p_max_attempts => 0)', 'max_attempts must be from 1 to 1000, got 0', 'CD010')
         ) AS c(call, message, sqlstate)

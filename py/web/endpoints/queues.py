@@ -130,6 +130,8 @@ async def update_queue(call: Call) -> dict[str, Any]:
     assert isinstance(call.body, QueueUpdate)
     current = await _one(call, call.path["name"])
     changes = call.body.model_dump(exclude_unset=True)
+    if "job_timeout_seconds" in changes and changes["job_timeout_seconds"] is None:
+        changes["job_timeout_seconds"] = 0  # create_queue: 0 removes the timeout, NULL keeps it
     merged = {**{k: current[k] for k in QueuePolicy.model_fields}, **changes}
     await call.conn.execute(
         _CREATE, {**merged, "name": current["name"], "project_id": call.project_id}
