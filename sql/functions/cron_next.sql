@@ -54,7 +54,7 @@
 -- Grammar (cronsim's, minus its extensions): 5 fields separated by any whitespace; each field
 -- a comma list of '*', n, a-b, */s, a-b/s, a/s (= a-max/s); JAN-DEC and SUN-SAT in any case;
 -- day-of-week 0-7, 7 = Sunday. Rejected: a 6th (seconds) field and cronsim's L, W and #
--- modifiers. cronsim quirk kept: 'a-a/s' is one value, so it means a/s (a-max/s). Day rule
+-- modifiers. 'a-a/s' is the one value a (cronsim 2.8 read it as a/s; 2.9 and codity do not). Day rule
 -- (Vixie): if day-of-month or day-of-week starts with '*' a day must match both, otherwise
 -- either. An expression whose day-of-month never occurs in its months ("0 0 30 2 *") is
 -- rejected up front, as cronsim does; the search gives up after 50 years, raising CD012
@@ -170,8 +170,9 @@ BEGIN
                     v_hi := v_bounds[pg_catalog.array_length(v_bounds, 1)];
                     IF v_hi < v_lo THEN
                         v_reason := pg_catalog.format('the range %s-%s is reversed (write it low-high)', v_lo, v_hi);
-                    ELSIF v_step IS NOT NULL AND v_lo = v_hi THEN
-                        -- cronsim: a single start value with a step runs to the field's max.
+                    ELSIF v_step IS NOT NULL AND pg_catalog.cardinality(v_parts) = 1 THEN
+                        -- A single start value with a step ("5/15") runs to the field's max;
+                        -- a range that starts and ends on one value ("10-10/2") is that value.
                         v_hi := p_max;
                     END IF;
                 END IF;
