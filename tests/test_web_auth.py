@@ -30,8 +30,8 @@ from argon2 import PasswordHasher, Type
 from httpx2 import Response
 from starlette.testclient import TestClient
 
+from codity.web.access import Role
 from codity.web.app import create_app
-from codity.web.endpoint import Role
 from codity.web.passwords import MEMORY_COST_KIB, PARALLELISM, TIME_COST, hash_password
 from codity.web.settings import WebSettings
 from codity.web.tokens import issue_access

@@ -27,8 +27,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from codity.web.access import Role
 from codity.web.app import create_app
-from codity.web.endpoint import Role
 from tests.conftest import cloned
 from tests.ports import free_port
 from tests.webapp import SETTINGS, add_user, make_tenant

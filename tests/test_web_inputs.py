@@ -11,9 +11,10 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
+from codity.web.access import Role, Scope
 from codity.web.app import create_app
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.logs import JsonFormatter
 from tests.webapp import SETTINGS, User, add_user, make_tenant, web_client
 
@@ -91,7 +92,7 @@ def test_validation_errors_never_echo_the_value_sent(
 def test_a_bug_is_a_bare_500_with_the_request_id_and_the_trace_only_in_the_log(
     db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(call: Call) -> None:
+    async def broken(call: Call[Any, Any]) -> None:
         raise RuntimeError("SELECT password_hash FROM codity.users -- secret detail")
 
     entries = [Endpoint("GET", "/api/v1/broken", Scope.PUBLIC, broken, "Broken", "test")]

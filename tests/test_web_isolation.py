@@ -28,8 +28,9 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
+from codity.web.access import Role, Scope
 from codity.web.app import create_app
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.routes import ALL_ROUTES
 from tests.conftest import WorldTemplate, cloned, world_template
 from tests.sqlapi import one

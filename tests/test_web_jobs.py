@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from codity.web.endpoint import Role
+from codity.web.access import Role
 from tests import sqlapi
 from tests.webapp import SETTINGS, Tenant, add_user, api_key, bearer, make_tenant, web_client
 

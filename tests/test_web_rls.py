@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from codity.web.endpoint import Role
+from codity.web.access import Role
 from tests.conftest import cloned, rolled_back
 from tests.webapp import Tenant, api_key, make_tenant
 

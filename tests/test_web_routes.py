@@ -9,8 +9,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
+from codity.web.access import Role, Scope
 from codity.web.app import DOCS_ASSETS_PATH, create_app
-from codity.web.endpoint import Role, Scope
 from codity.web.mount import ENDPOINT_ATTRIBUTE
 from codity.web.openapi import openapi_path
 from codity.web.routes import ALL_ROUTES

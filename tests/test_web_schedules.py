@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-from codity.web.endpoint import Role
+from codity.web.access import Role
 from tests.webapp import Tenant, add_user, api_key, bearer, make_tenant, web_client
 
 SCHEDULES = "/api/v1/schedules"

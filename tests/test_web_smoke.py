@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from codity.web.endpoint import Role
+from codity.web.access import Role
 from tests.webapp import add_user, make_tenant, web_client
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx2 as httpx
 import psycopg
 
-from codity.web.endpoint import Role
+from codity.web.access import Role
 from tests.webapp import Tenant, add_user, api_key, bearer, make_tenant, web_client
 
 MISSING = 2**62

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import psycopg
 from starlette.testclient import TestClient
 
+from codity.web.access import Role
 from codity.web.app import create_app
-from codity.web.endpoint import Role
 from codity.web.keys import display_prefix, hash_key, new_key
 from codity.web.settings import WebSettings
 from codity.web.tokens import issue_access

@@ -8,18 +8,21 @@ it when the handler returns and rolls it back when the handler raises.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from codity.web.endpoint import Role
+from codity.web.access import Role
 from codity.web.errors import ApiError
 from codity.web.settings import WebSettings
 
 __all__ = ["Call", "Principal", "Tenant"]
+
+B = TypeVar("B", bound=BaseModel | None)
+Q = TypeVar("Q", bound=BaseModel | None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,10 @@ class Tenant:
 
 
 @dataclass(slots=True)
-class Call:
+class Call(Generic[B, Q]):
+    """``Call[Body, Query]``: a handler names its body and query models and gets them typed
+    (``None`` where the route takes none), so it never has to check what it was given."""
+
     request: Request
     request_id: str
     settings: WebSettings
@@ -54,8 +60,8 @@ class Call:
     connection: AsyncConnection[Any] | None
     principal: Principal | None
     tenant: Tenant | None
-    body: BaseModel | None
-    query: BaseModel | None
+    body: B
+    query: Q
     path: dict[str, Any]
     client_ip: str
 

@@ -8,51 +8,16 @@ into the OpenAPI document, and the isolation tests walk it. Nothing else creates
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from codity.web.call import Call
+from codity.web.access import Limit, Role, Scope
+from codity.web.call import Call
 
-__all__ = ["Endpoint", "Handler", "Limit", "Reply", "Role", "Scope"]
-
-
-class Scope(enum.Enum):
-    PUBLIC = "public"
-    """No credential."""
-    AUTHENTICATED = "authenticated"
-    """A signed-in user (access token); no tenant context beyond the user's own rows."""
-    PROJECT = "project"
-    """A credential for one project; the guard sets the tenant and checks the role."""
-
-
-class Role(enum.IntEnum):
-    VIEWER = 1
-    MEMBER = 2
-    ADMIN = 3
-    OWNER = 4
-
-    @classmethod
-    def parse(cls, name: str) -> Role:
-        return cls[name.upper()]
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-class Limit(enum.Enum):
-    AUTH = "auth"
-    """Registration, charged by the mount per client IP and per email: 5 per 15 minutes."""
-    SIGN_IN = "sign-in"
-    """Failed sign-ins, counted by the handler itself (codity.web.ratelimit): 5 per client IP
-    and 50 per account across IPs, per 15 minutes; a success gives its hit back."""
-    ENQUEUE = "enqueue"
-    """Counted per project, one per job: 1,000 per minute."""
+__all__ = ["Endpoint", "Handler", "Reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +30,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[["Call"], Awaitable[Any]]
+Handler = Callable[[Call[Any, Any]], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 
+from codity.web.access import Role, Scope
 from codity.web.call import Principal, Tenant
 from codity.web.database import set_tenant, transaction
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.errors import ApiError
 from codity.web.keys import KEY_PREFIX, hash_key
 from codity.web.settings import WebSettings

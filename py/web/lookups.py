@@ -19,7 +19,7 @@ __all__ = ["fetch_all", "one_or_404", "path_id"]
 Params = dict[str, Any] | list[Any]
 
 
-def path_id(call: Call, name: str, what: str) -> int:
+def path_id(call: Call[Any, Any], name: str, what: str) -> int:
     """An id from the path. One beyond bigint can never exist: answer as for any missing id
     (rather than let the database reject the type)."""
     value = call.path[name]
@@ -28,7 +28,7 @@ def path_id(call: Call, name: str, what: str) -> int:
     return value
 
 
-async def one_or_404(call: Call, query: str, params: Params, what: str) -> dict[str, Any]:
+async def one_or_404(call: Call[Any, Any], query: str, params: Params, what: str) -> dict[str, Any]:
     """The one row ``query`` returns; none (missing, or hidden by row-level security) is 404."""
     cur = await call.conn.execute(query, params)
     row = await cur.fetchone()
@@ -37,7 +37,7 @@ async def one_or_404(call: Call, query: str, params: Params, what: str) -> dict[
     return dict(row)
 
 
-async def fetch_all(call: Call, query: str, params: Params) -> list[dict[str, Any]]:
+async def fetch_all(call: Call[Any, Any], query: str, params: Params) -> list[dict[str, Any]]:
     """Every row of ``query`` (typically a codity.* function call). Its errors are left to
     the mount, which answers a not-found SQLSTATE by kind only (``codity.web.errors``), so a
     foreign id already reads exactly like a missing one."""

@@ -21,12 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from codity.db.errors import CodityError, translate
+from codity.db.errors import CodityError
+from codity.web.access import Limit, Scope
 from codity.web.call import Call, Principal, Tenant
 from codity.web.database import transaction
-from codity.web.endpoint import Endpoint, Limit, Reply, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.envelope import error_response, render_data, success_response
-from codity.web.errors import ApiError, from_codity_error
+from codity.web.errors import ApiError, from_codity_error, from_database_error
 from codity.web.guard import authenticate, check_role, guard
 from codity.web.inputs import parse_body, parse_query
 from codity.web.ratelimit import charge
@@ -66,32 +67,6 @@ def client_ip(request: Request, settings: WebSettings) -> str:
     return hops[0]
 
 
-def _database_error(exc: psycopg.Error) -> ApiError | None:
-    translated = translate(exc)
-    if translated is not None:
-        return from_codity_error(translated)
-    state = exc.sqlstate or ""
-    if state.startswith("22") or (not state and isinstance(exc, psycopg.DataError)):
-        # No SQLSTATE: the driver refused a value before sending it (a NUL in text).
-        return ApiError(422, "invalid_input", "a value is out of range or malformed")
-    if state == "23505":
-        return ApiError(409, "conflict", "that already exists")
-    if state.startswith("23"):
-        return ApiError(409, "conflict", "that conflicts with existing data")
-    if isinstance(exc, psycopg.OperationalError):
-        return ApiError(
-            503, "unavailable", "the database is unavailable", headers={"Retry-After": "5"}
-        )
-    if state == "40001" or state == "40P01":
-        return ApiError(
-            503,
-            "retry",
-            "the request conflicted with another; retry it",
-            headers={"Retry-After": "1"},
-        )
-    return None
-
-
 async def _auth_limits(call_ip: str, body: Any, settings: WebSettings, pool: Any) -> None:
     buckets = [f"auth:ip:{call_ip}"]
     email = getattr(body, "email", None)
@@ -128,7 +103,9 @@ def _pipeline(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
                 await _auth_limits(ip, body, settings, pool)
             user_id = principal.user_id if principal else None
 
-            def make_call(conn: AsyncConnection[Any] | None, tenant: Tenant | None) -> Call:
+            def make_call(
+                conn: AsyncConnection[Any] | None, tenant: Tenant | None
+            ) -> Call[Any, Any]:
                 return Call(
                     request=request,
                     request_id=request_id,
@@ -176,7 +153,7 @@ def _pipeline(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         except CodityError as exc:
             return error_response(from_codity_error(exc), request_id)
         except psycopg.Error as exc:
-            mapped = _database_error(exc)
+            mapped = from_database_error(exc)
             if mapped is None:
                 raise
             return error_response(mapped, request_id)

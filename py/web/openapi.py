@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from codity.web.endpoint import Endpoint, Scope
+from codity.web.access import Scope
+from codity.web.endpoint import Endpoint
 from codity.web.fields import MAX_ID
 
 __all__ = ["openapi_document", "openapi_path"]

@@ -101,7 +101,7 @@ class PageQuery(Protocol):
     def model_dump(self, *, exclude: set[str]) -> dict[str, Any]: ...
 
 
-async def newest_first(call: Call, sql: str, query: PageQuery, **extra: Any) -> Reply:
+async def newest_first(call: Call[Any, Any], sql: str, query: PageQuery, **extra: Any) -> Reply:
     """One page of a project's rows, highest id first.
 
     ``sql`` names its parameters after the query model's filter fields (and any ``extra``),

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from codity.web.endpoint import Endpoint, Scope
+from codity.web.access import Scope
+from codity.web.endpoint import Endpoint
 from codity.web.openapi import openapi_path
 
 __all__ = ["BEGIN", "END", "api_contract_path", "render_route_table", "write_route_table"]

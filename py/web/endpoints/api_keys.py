@@ -16,8 +16,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, StringConstraints
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.errors import ApiError
 from codity.web.fields import PrintableName, Strict
 from codity.web.keys import display_prefix, hash_key, new_key
@@ -52,7 +53,7 @@ class NewApiKey(ApiKey):
 _COLUMNS = "id, name, prefix, role::text AS role, created_by, created_at, last_used_at, revoked_at"
 
 
-async def list_keys(call: Call) -> list[dict[str, Any]]:
+async def list_keys(call: Call[None, None]) -> list[dict[str, Any]]:
     cur = await call.conn.execute(
         f"SELECT {_COLUMNS} FROM codity.api_keys WHERE project_id = %s ORDER BY id",
         [call.project_id],
@@ -60,8 +61,7 @@ async def list_keys(call: Call) -> list[dict[str, Any]]:
     return [dict(r) for r in await cur.fetchall()]
 
 
-async def create_key(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, ApiKeyCreate)
+async def create_key(call: Call[ApiKeyCreate, None]) -> dict[str, Any]:
     role = Role.parse(call.body.role)
     if role > call.role:
         raise ApiError(
@@ -86,7 +86,7 @@ async def create_key(call: Call) -> dict[str, Any]:
     return {**row, "key": key}
 
 
-async def revoke_key(call: Call) -> None:
+async def revoke_key(call: Call[None, None]) -> None:
     """Idempotent: revoking a revoked key keeps its first revocation time."""
     await one_or_404(
         call,

@@ -25,9 +25,10 @@ from typing import Annotated, Any, Literal
 from psycopg import AsyncConnection
 from pydantic import AfterValidator, BaseModel, Field
 
+from codity.web.access import Limit, Scope
 from codity.web.call import Call
 from codity.web.database import set_tenant, transaction
-from codity.web.endpoint import Endpoint, Limit, Reply, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.errors import ApiError, not_found
 from codity.web.fields import CONTROL, MAX_ID, Strict
 from codity.web.passwords import (
@@ -212,8 +213,7 @@ async def _create_org(conn: AsyncConnection[Any], name: str) -> int:
     raise ApiError(409, "conflict", "could not find a free slug for that org name")
 
 
-async def register(call: Call) -> Reply:
-    assert isinstance(call.body, RegisterBody)
+async def register(call: Call[RegisterBody, None]) -> Reply:
     body = call.body
     password_hash = await hash_password_async(body.password)
     cur = await call.conn.execute(
@@ -247,13 +247,12 @@ async def register(call: Call) -> Reply:
     return Reply(session, status=201)
 
 
-async def login(call: Call) -> dict[str, Any]:
+async def login(call: Call[LoginBody, None]) -> dict[str, Any]:
     """Runs without the request transaction (``uses_db=False``): the attempt is reserved
     first, in a transaction that commits before the password is checked (a failure must
     count, and a refused attempt must not reach argon2); the check and the session run in a
     second one, which gives the reservation back as its last step, so only an attempt that
     ends in a session is not counted."""
-    assert isinstance(call.body, LoginBody)
     body = call.body
     reservation = await reserve_sign_in(
         call.pool, call.settings, ip=call.client_ip, account=body.email
@@ -289,12 +288,11 @@ async def login(call: Call) -> dict[str, Any]:
     return session
 
 
-async def refresh(call: Call) -> dict[str, Any]:
+async def refresh(call: Call[RefreshBody, None]) -> dict[str, Any]:
     """Runs without the request transaction (``uses_db=False``): the attempt is reserved
     against the client IP's failed sign-ins first; ``rotate`` opens its own transaction,
     which commits a detected reuse's revocation even though the answer is a 401; only a
     rotation that succeeded gives the reservation back."""
-    assert isinstance(call.body, RefreshBody)
     reservation = await reserve_sign_in(call.pool, call.settings, ip=call.client_ip)
     rotated = await rotate(call.pool, call.settings, call.body.refresh_token)
     async with transaction(call.pool) as conn:
@@ -316,8 +314,7 @@ async def refresh(call: Call) -> dict[str, Any]:
     }
 
 
-async def logout(call: Call) -> None:
-    assert isinstance(call.body, LogoutBody)
+async def logout(call: Call[LogoutBody, None]) -> None:
     if call.body.everywhere:
         await revoke_user(call.conn, user_id=call.user_id)
     elif call.body.refresh_token is not None:
@@ -333,7 +330,7 @@ ORDER BY m.created_at, m.org_id
 """
 
 
-async def me(call: Call) -> dict[str, Any]:
+async def me(call: Call[None, None]) -> dict[str, Any]:
     user_id = call.user_id
     cur = await call.conn.execute(
         "SELECT id, email, display_name FROM codity.users WHERE id = %s", [user_id]
@@ -352,10 +349,9 @@ async def me(call: Call) -> dict[str, Any]:
     }
 
 
-async def switch(call: Call) -> dict[str, Any]:
+async def switch(call: Call[SwitchBody, None]) -> dict[str, Any]:
     """Act in another project: a new session (new refresh family) for it; the old session
     keeps its own project until it expires or is logged out."""
-    assert isinstance(call.body, SwitchBody)
     user_id = call.user_id
     org_id = await _member_project(call.conn, user_id, call.body.project_id)
     return await _session(

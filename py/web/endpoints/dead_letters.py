@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, Field
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Reply, Role, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.fields import BoundedText, QueueName, Strict
 from codity.web.lookups import fetch_all, one_or_404, path_id
 from codity.web.paging import newest_first
@@ -104,19 +105,18 @@ WHERE q.project_id = %(project_id)s AND d.id = %(id)s
 )
 
 
-async def list_dead_letters(call: Call) -> Reply:
-    assert isinstance(call.query, DeadLetterQuery)
+async def list_dead_letters(call: Call[None, DeadLetterQuery]) -> Reply:
     return await newest_first(call, _LIST, call.query)
 
 
-async def get_dead_letter(call: Call) -> dict[str, Any]:
+async def get_dead_letter(call: Call[None, None]) -> dict[str, Any]:
     letter_id = path_id(call, "dead_letter_id", "dead letter")
     return await one_or_404(
         call, _ONE, {"project_id": call.project_id, "id": letter_id}, "dead letter"
     )
 
 
-async def replay_dead_letter(call: Call) -> dict[str, Any]:
+async def replay_dead_letter(call: Call[None, None]) -> dict[str, Any]:
     letter_id = path_id(call, "dead_letter_id", "dead letter")
     rows = await fetch_all(
         call,
@@ -133,9 +133,8 @@ async def replay_dead_letter(call: Call) -> dict[str, Any]:
     return {"dead_letter_id": letter_id, **rows[0]}
 
 
-async def replay_all(call: Call) -> dict[str, Any]:
+async def replay_all(call: Call[ReplayAll, None]) -> dict[str, Any]:
     body = call.body
-    assert isinstance(body, ReplayAll)
     rows = await fetch_all(
         call,
         "SELECT dead_letter_id, job_id FROM codity.replay_dead_letters(%s, %s, %s, %s, %s)",

@@ -12,8 +12,9 @@ from pathlib import Path
 import swagger_ui
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
+from codity.web.access import Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Handler, Scope
+from codity.web.endpoint import Endpoint, Handler
 from codity.web.openapi import openapi_document
 
 __all__ = ["ROUTES", "swagger_assets_dir"]
@@ -41,16 +42,16 @@ def swagger_assets_dir() -> Path:
     return Path(swagger_ui.__file__).resolve().parent / "static"
 
 
-async def openapi_json(call: Call) -> Response:
+async def openapi_json(call: Call[None, None]) -> Response:
     document = openapi_document(call.request.app.state.entries, version=version("codity"))
     return JSONResponse(document)
 
 
-async def docs_page(call: Call) -> Response:
+async def docs_page(call: Call[None, None]) -> Response:
     return HTMLResponse(_PAGE)
 
 
-async def docs_init(call: Call) -> Response:
+async def docs_init(call: Call[None, None]) -> Response:
     return FileResponse(_STATIC / "docs-init.js", media_type="text/javascript")
 
 

@@ -17,8 +17,9 @@ from typing import Any, Self
 from psycopg.types.json import Jsonb
 from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
+from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Limit, Reply, Role, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.endpoints.jobs import Job, read_job
 from codity.web.fields import BoundedText, QueueName, Strict
 from codity.web.lookups import fetch_all
@@ -81,7 +82,7 @@ ORDER BY job_position
 """
 
 
-async def _database_now(call: Call) -> dt.datetime:
+async def _database_now(call: Call[Any, Any]) -> dt.datetime:
     """The transaction's time, the same ``now()`` the enqueue functions default to."""
     cur = await call.conn.execute("SELECT now() AS now")
     row = await cur.fetchone()
@@ -104,9 +105,8 @@ def _payload_shape(payloads: list[dict[str, Any]]) -> dict[str, Any]:
     return {"payload_bytes": sum(sizes), "payload_keys": keys}
 
 
-async def enqueue_job(call: Call) -> Reply:
+async def enqueue_job(call: Call[EnqueueOne, None]) -> Reply:
     body = call.body
-    assert isinstance(body, EnqueueOne)
     now = await _database_now(call) if body.delay_ms is not None else None
     rows = await fetch_all(
         call,
@@ -137,9 +137,8 @@ async def enqueue_job(call: Call) -> Reply:
     return Reply(job, status=201 if is_new else 200, meta={"duplicate": not is_new})
 
 
-async def enqueue_batch(call: Call) -> Reply:
+async def enqueue_batch(call: Call[EnqueueBatch, None]) -> Reply:
     body = call.body
-    assert isinstance(body, EnqueueBatch)
     now = await _database_now(call) if any(s.delay_ms is not None for s in body.jobs) else None
     specs = []
     for spec in body.jobs:

@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from codity.db.migrate import migration_ids
+from codity.web.access import Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.errors import ApiError
 
 __all__ = ["ROUTES"]
@@ -25,11 +26,11 @@ class Readiness(BaseModel):
     migrations_pending: list[str]
 
 
-async def live(call: Call) -> dict[str, Any]:
+async def live(call: Call[None, None]) -> dict[str, Any]:
     return {"status": "ok"}
 
 
-async def ready(call: Call) -> dict[str, Any]:
+async def ready(call: Call[None, None]) -> dict[str, Any]:
     try:
         async with call.pool.connection(timeout=2.0) as conn:
             cur = await conn.execute(

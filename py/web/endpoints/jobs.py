@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Reply, Role, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.fields import QueueName, Strict
 from codity.web.lookups import fetch_all, one_or_404, path_id
 from codity.web.paging import newest_first
@@ -134,7 +135,7 @@ ORDER BY x.execution_seq
 """
 
 
-async def read_job(call: Call, job_id: int) -> dict[str, Any]:
+async def read_job(call: Call[Any, Any], job_id: int) -> dict[str, Any]:
     """One job of the guarded project with its payload, as the job routes answer it."""
     return await one_or_404(call, _ONE, {"project_id": call.project_id, "job_id": job_id}, "job")
 
@@ -144,12 +145,11 @@ async def read_job(call: Call, job_id: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
-async def list_jobs(call: Call) -> Reply:
-    assert isinstance(call.query, JobListQuery)
+async def list_jobs(call: Call[None, JobListQuery]) -> Reply:
     return await newest_first(call, _LIST, call.query)
 
 
-async def get_job(call: Call) -> dict[str, Any]:
+async def get_job(call: Call[None, None]) -> dict[str, Any]:
     job = await read_job(call, path_id(call, "job_id", "job"))
     cur = await call.conn.execute(
         _EXECUTIONS,
@@ -159,14 +159,14 @@ async def get_job(call: Call) -> dict[str, Any]:
     return job
 
 
-async def cancel_job(call: Call) -> dict[str, Any]:
+async def cancel_job(call: Call[None, None]) -> dict[str, Any]:
     job_id = path_id(call, "job_id", "job")
     await fetch_all(call, "SELECT job_id FROM codity.cancel(%s, %s)", [job_id, call.project_id])
     log.info("job cancelled", extra={"job_id": job_id})
     return await read_job(call, job_id)
 
 
-async def retry_job(call: Call) -> Reply:
+async def retry_job(call: Call[None, None]) -> Reply:
     job_id = path_id(call, "job_id", "job")
     rows = await fetch_all(
         call,

@@ -24,8 +24,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, StringConstraints
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.errors import ApiError
 from codity.web.fields import CONTROL, Strict
 from codity.web.lookups import one_or_404, path_id
@@ -70,7 +71,7 @@ WHERE m.org_id = %s
 """
 
 
-async def _member(call: Call, user_id: int) -> dict[str, Any]:
+async def _member(call: Call[Any, Any], user_id: int) -> dict[str, Any]:
     return await one_or_404(call, _MEMBER + " AND m.user_id = %s", [call.org_id, user_id], "member")
 
 
@@ -84,7 +85,7 @@ FOR UPDATE
 _ROLE_OF = "SELECT role::text AS role FROM codity.memberships WHERE org_id = %s AND user_id = %s"
 
 
-async def _lock_owners(call: Call) -> tuple[int, Role]:
+async def _lock_owners(call: Call[Any, Any]) -> tuple[int, Role]:
     """Lock the org's owners; return how many there are and the caller's current role."""
     cur = await call.conn.execute(_LOCK_OWNERS, [call.org_id])
     owners = len(await cur.fetchall())
@@ -117,13 +118,12 @@ def _last_owner() -> ApiError:
     )
 
 
-async def list_members(call: Call) -> list[dict[str, Any]]:
+async def list_members(call: Call[None, None]) -> list[dict[str, Any]]:
     cur = await call.conn.execute(_MEMBER + " ORDER BY u.email", [call.org_id])
     return [dict(r) for r in await cur.fetchall()]
 
 
-async def add_member(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, MemberAdd)
+async def add_member(call: Call[MemberAdd, None]) -> dict[str, Any]:
     _may_grant(call.role, Role.parse(call.body.role))
     user = await one_or_404(
         call, "SELECT id FROM codity.users WHERE email = %s", [call.body.email], "user"
@@ -139,8 +139,7 @@ async def add_member(call: Call) -> dict[str, Any]:
     return await _member(call, user["id"])
 
 
-async def update_member(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, MemberUpdate)
+async def update_member(call: Call[MemberUpdate, None]) -> dict[str, Any]:
     user_id = path_id(call, "user_id", "member")
     owners, caller = await _lock_owners(call)
     target = await _member(call, user_id)
@@ -158,7 +157,7 @@ async def update_member(call: Call) -> dict[str, Any]:
     return await _member(call, user_id)
 
 
-async def _remove(call: Call, user_id: int) -> None:
+async def _remove(call: Call[Any, Any], user_id: int) -> None:
     """Take ``user_id`` out of the org, with the owner rows locked first.
 
     The target is looked up before anything else is judged, so an id of another org (or
@@ -183,12 +182,12 @@ async def _remove(call: Call, user_id: int) -> None:
     )
 
 
-async def remove_member(call: Call) -> None:
+async def remove_member(call: Call[None, None]) -> None:
     """An admin removes a member (themself included)."""
     await _remove(call, path_id(call, "user_id", "member"))
 
 
-async def leave_org(call: Call) -> None:
+async def leave_org(call: Call[None, None]) -> None:
     """Any member leaves the org — unless they are its last owner."""
     await _remove(call, call.user_id)
 

@@ -15,8 +15,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StringConstraints
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.errors import ApiError
 from codity.web.fields import PrintableName, Strict
 from codity.web.lookups import one_or_404, path_id
@@ -60,12 +61,11 @@ class Project(BaseModel):
 _ORG = "SELECT id, slug, name, created_at FROM codity.orgs WHERE id = %s"
 
 
-async def get_org(call: Call) -> dict[str, Any]:
+async def get_org(call: Call[None, None]) -> dict[str, Any]:
     return await one_or_404(call, _ORG, [call.org_id], "org")
 
 
-async def update_org(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, OrgUpdate)
+async def update_org(call: Call[OrgUpdate, None]) -> dict[str, Any]:
     return await one_or_404(
         call,
         "UPDATE codity.orgs SET name = %s WHERE id = %s RETURNING id, slug, name, created_at",
@@ -79,22 +79,21 @@ async def update_org(call: Call) -> dict[str, Any]:
 _PROJECT = "SELECT id, slug, name, is_default, created_at FROM codity.projects"
 
 
-async def _one_project(call: Call, project_id: int) -> dict[str, Any]:
+async def _one_project(call: Call[Any, Any], project_id: int) -> dict[str, Any]:
     query = _PROJECT + " WHERE org_id = %s AND id = %s"
     return await one_or_404(call, query, [call.org_id, project_id], "project")
 
 
-async def list_projects(call: Call) -> list[dict[str, Any]]:
+async def list_projects(call: Call[None, None]) -> list[dict[str, Any]]:
     cur = await call.conn.execute(_PROJECT + " WHERE org_id = %s ORDER BY slug", [call.org_id])
     return [dict(r) for r in await cur.fetchall()]
 
 
-async def get_project(call: Call) -> dict[str, Any]:
+async def get_project(call: Call[None, None]) -> dict[str, Any]:
     return await _one_project(call, path_id(call, "project_id", "project"))
 
 
-async def create_project(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, ProjectCreate)
+async def create_project(call: Call[ProjectCreate, None]) -> dict[str, Any]:
     org_id = call.org_id
     cur = await call.conn.execute(
         "SELECT 1 FROM codity.projects WHERE org_id = %s AND slug = %s", [org_id, call.body.slug]
@@ -114,8 +113,7 @@ async def create_project(call: Call) -> dict[str, Any]:
     return dict(row)
 
 
-async def update_project(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, ProjectUpdate)
+async def update_project(call: Call[ProjectUpdate, None]) -> dict[str, Any]:
     return await one_or_404(
         call,
         "UPDATE codity.projects SET name = %s WHERE org_id = %s AND id = %s"
@@ -125,7 +123,7 @@ async def update_project(call: Call) -> dict[str, Any]:
     )
 
 
-async def delete_project(call: Call) -> None:
+async def delete_project(call: Call[None, None]) -> None:
     """Deletes the project and, by cascade, its queues, jobs, schedules, workers and keys.
 
     Refused for the project this credential acts in (the caller would saw off the branch

@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.endpoints.queues import STATE_COUNTS
 from codity.web.endpoints.workers import ALIVE_WITHIN_SECONDS
 
@@ -71,7 +72,7 @@ SELECT (SELECT count(*) FROM codity.workers w
 """
 
 
-async def overview(call: Call) -> dict[str, Any]:
+async def overview(call: Call[None, None]) -> dict[str, Any]:
     params = {"project_id": call.project_id, "alive": ALIVE_WITHIN_SECONDS}
     cur = await call.conn.execute(_PER_QUEUE, params)
     queues = [dict(r) for r in await cur.fetchall()]

@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Role, Scope
+from codity.web.endpoint import Endpoint
 from codity.web.errors import ApiError
 from codity.web.fields import QueueName, Strict
 from codity.web.lookups import one_or_404
@@ -91,19 +92,19 @@ FROM codity.queues
 """
 
 
-async def _one(call: Call, name: str) -> dict[str, Any]:
+async def _one(call: Call[Any, Any], name: str) -> dict[str, Any]:
     query = _SELECT + " WHERE project_id = %s AND name = %s"
     return await one_or_404(call, query, [call.project_id, name], "queue")
 
 
-async def list_queues(call: Call) -> list[dict[str, Any]]:
+async def list_queues(call: Call[None, None]) -> list[dict[str, Any]]:
     cur = await call.conn.execute(
         _SELECT + " WHERE project_id = %s ORDER BY name", [call.project_id]
     )
     return [dict(r) for r in await cur.fetchall()]
 
 
-async def get_queue(call: Call) -> dict[str, Any]:
+async def get_queue(call: Call[None, None]) -> dict[str, Any]:
     return await _one(call, call.path["name"])
 
 
@@ -114,8 +115,7 @@ SELECT queue_id, created FROM codity.create_queue(
 """
 
 
-async def create_queue(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, QueueCreate)
+async def create_queue(call: Call[QueueCreate, None]) -> dict[str, Any]:
     cur = await call.conn.execute(
         "SELECT 1 FROM codity.queues WHERE project_id = %s AND name = %s",
         [call.project_id, call.body.name],
@@ -126,8 +126,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
     return await _one(call, call.body.name)
 
 
-async def update_queue(call: Call) -> dict[str, Any]:
-    assert isinstance(call.body, QueueUpdate)
+async def update_queue(call: Call[QueueUpdate, None]) -> dict[str, Any]:
     current = await _one(call, call.path["name"])
     changes = call.body.model_dump(exclude_unset=True)
     if "job_timeout_seconds" in changes and changes["job_timeout_seconds"] is None:
@@ -139,15 +138,14 @@ async def update_queue(call: Call) -> dict[str, Any]:
     return await _one(call, current["name"])
 
 
-async def delete_queue(call: Call) -> None:
-    assert isinstance(call.query, DeleteQuery)
+async def delete_queue(call: Call[None, DeleteQuery]) -> None:
     await call.conn.execute(
         "SELECT codity.delete_queue(%s, %s, %s)",
         [call.path["name"], call.project_id, call.query.force],
     )
 
 
-async def _pause(call: Call, function: str, paused: bool) -> dict[str, Any]:
+async def _pause(call: Call[Any, Any], function: str, paused: bool) -> dict[str, Any]:
     name = call.path["name"]
     cur = await call.conn.execute(
         f"SELECT codity.{function}(%s, %s) AS changed", [name, call.project_id]
@@ -156,11 +154,11 @@ async def _pause(call: Call, function: str, paused: bool) -> dict[str, Any]:
     return {"name": name, "is_paused": paused, "changed": bool(row and row["changed"])}
 
 
-async def pause_queue(call: Call) -> dict[str, Any]:
+async def pause_queue(call: Call[None, None]) -> dict[str, Any]:
     return await _pause(call, "pause_queue", True)
 
 
-async def resume_queue(call: Call) -> dict[str, Any]:
+async def resume_queue(call: Call[None, None]) -> dict[str, Any]:
     return await _pause(call, "resume_queue", False)
 
 
@@ -193,7 +191,7 @@ GROUP BY q.id
 )
 
 
-async def queue_stats(call: Call) -> dict[str, Any]:
+async def queue_stats(call: Call[None, None]) -> dict[str, Any]:
     return await one_or_404(call, _STATS, [call.project_id, call.path["name"]], "queue")
 
 

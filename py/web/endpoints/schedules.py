@@ -13,12 +13,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, Field
 
+from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Limit, Reply, Role, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.endpoints.queues import PauseResult
 from codity.web.errors import ApiError, not_found
 from codity.web.fields import NUL_FREE, QueueName, Strict
@@ -38,8 +38,6 @@ TimeZone = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+/-]{1,64}$", examples=["E
 Task = Annotated[str, Field(min_length=1, max_length=200, pattern=NUL_FREE)]
 Priority = Annotated[int, Field(ge=-1000, le=1000)]
 
-_BAD_CRON = "CD012"
-_BAD_TIME_ZONE = "CD013"
 
 
 class ScheduleCreate(Strict):
@@ -116,7 +114,7 @@ JOIN codity.queues q ON q.id = s.queue_id AND q.project_id = s.project_id
 """
 
 
-def _path_name(call: Call) -> str:
+def _path_name(call: Call[Any, Any]) -> str:
     """The schedule named in the path; a name no schedule can have is simply not found."""
     name = str(call.path["name"])
     if not 1 <= len(name) <= 200 or "\x00" in name:
@@ -124,49 +122,22 @@ def _path_name(call: Call) -> str:
     return name
 
 
-def _primary(exc: psycopg.Error) -> str:
-    return exc.diag.message_primary or "invalid input"
+async def _execute(
+    call: Call[Any, Any], query: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run one codity.* function call (its errors are the mount's shared translation; a bad
+    cron expression or time zone answers 422 naming the field)."""
+    cur = await call.conn.execute(query, params)
+    return [dict(r) for r in await cur.fetchall()]
 
 
-def _diagnostics(exc: psycopg.Error) -> dict[str, str | None]:
-    return {"detail": exc.diag.message_detail, "hint": exc.diag.message_hint}
-
-
-async def _execute(call: Call, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run one codity.* function call; a bad cron expression or time zone answers 422 naming
-    the field. Everything else (a missing schedule or queue: 404 by kind only) is the
-    mount's shared translation."""
-    try:
-        cur = await call.conn.execute(query, params)
-        return [dict(r) for r in await cur.fetchall()]
-    except psycopg.Error as exc:
-        if exc.sqlstate == _BAD_CRON:
-            # The server's detail names the field and the bad token; the hint the grammar.
-            details = {"sqlstate": _BAD_CRON, "field": "cron"}
-            details |= {k: v for k, v in _diagnostics(exc).items() if v}
-            raise ApiError(422, "invalid_input", _primary(exc), details) from None
-        if exc.sqlstate == _BAD_TIME_ZONE:
-            raise ApiError(
-                422,
-                "invalid_input",
-                _primary(exc),
-                {
-                    "sqlstate": _BAD_TIME_ZONE,
-                    "field": "time_zone",
-                    "hint": "Use an IANA time zone name such as 'Europe/London'.",
-                },
-            ) from None
-        raise
-
-
-async def _one(call: Call, name: str) -> dict[str, Any]:
+async def _one(call: Call[Any, Any], name: str) -> dict[str, Any]:
     query = _SELECT + " WHERE s.project_id = %s AND s.name = %s"
     return await one_or_404(call, query, [call.project_id, name], "schedule")
 
 
-async def list_schedules(call: Call) -> Reply:
+async def list_schedules(call: Call[None, ListQuery]) -> Reply:
     """Ordered by name, a page at a time (keyset on the name, so pages never overlap)."""
-    assert isinstance(call.query, ListQuery)
     after = decode_text_cursor(call.query.cursor)
     cur = await call.conn.execute(
         _SELECT
@@ -180,7 +151,7 @@ async def list_schedules(call: Call) -> Reply:
     return Reply(rows, meta=meta)
 
 
-async def get_schedule(call: Call) -> dict[str, Any]:
+async def get_schedule(call: Call[None, None]) -> dict[str, Any]:
     return await _one(call, _path_name(call))
 
 
@@ -192,7 +163,7 @@ SELECT schedule_id, created FROM codity.create_schedule(
 """
 
 
-def _upsert_params(call: Call, values: dict[str, Any]) -> dict[str, Any]:
+def _upsert_params(call: Call[Any, Any], values: dict[str, Any]) -> dict[str, Any]:
     return {
         **values,
         "payload": Jsonb(values["payload"]),
@@ -200,21 +171,19 @@ def _upsert_params(call: Call, values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def create_schedule(call: Call) -> dict[str, Any]:
+async def create_schedule(call: Call[ScheduleCreate, None]) -> dict[str, Any]:
     """create_schedule is an upsert; when it reports an update instead of an insert the
     name was taken, and raising rolls that update back. No check-then-insert race."""
-    assert isinstance(call.body, ScheduleCreate)
     rows = await _execute(call, _UPSERT, _upsert_params(call, call.body.model_dump()))
     if not rows or not rows[0]["created"]:
         raise ApiError(409, "conflict", f"schedule {call.body.name!r} already exists")
     return await _one(call, call.body.name)
 
 
-async def update_schedule(call: Call) -> dict[str, Any]:
+async def update_schedule(call: Call[ScheduleUpdate, None]) -> dict[str, Any]:
     """Merge the changes into the current definition and upsert it. create_schedule keeps
     next_run_at when cron and time zone are unchanged and recomputes it from now when
     either changes; the pause flag is left alone."""
-    assert isinstance(call.body, ScheduleUpdate)
     current = await _one(call, _path_name(call))
     changes = call.body.model_dump(exclude_none=True)
     if not changes:
@@ -231,7 +200,7 @@ async def update_schedule(call: Call) -> dict[str, Any]:
     return await _one(call, current["name"])
 
 
-async def delete_schedule(call: Call) -> None:
+async def delete_schedule(call: Call[None, None]) -> None:
     await _execute(
         call,
         "SELECT codity.delete_schedule(%(name)s, %(project_id)s)",
@@ -239,25 +208,25 @@ async def delete_schedule(call: Call) -> None:
     )
 
 
-async def _pause(call: Call, query: str, paused: bool) -> dict[str, Any]:
+async def _pause(call: Call[Any, Any], query: str, paused: bool) -> dict[str, Any]:
     name = _path_name(call)
     rows = await _execute(call, query, {"name": name, "project_id": call.project_id})
     return {"name": name, "is_paused": paused, "changed": bool(rows and rows[0]["changed"])}
 
 
-async def pause_schedule(call: Call) -> dict[str, Any]:
+async def pause_schedule(call: Call[None, None]) -> dict[str, Any]:
     return await _pause(
         call, "SELECT codity.pause_schedule(%(name)s, %(project_id)s) AS changed", True
     )
 
 
-async def resume_schedule(call: Call) -> dict[str, Any]:
+async def resume_schedule(call: Call[None, None]) -> dict[str, Any]:
     return await _pause(
         call, "SELECT codity.resume_schedule(%(name)s, %(project_id)s) AS changed", False
     )
 
 
-async def run_schedule_now(call: Call) -> dict[str, Any]:
+async def run_schedule_now(call: Call[None, None]) -> dict[str, Any]:
     name = _path_name(call)
     rows = await _execute(
         call,
@@ -267,8 +236,7 @@ async def run_schedule_now(call: Call) -> dict[str, Any]:
     return {"job_id": rows[0]["job_id"], "schedule": name}
 
 
-async def next_runs(call: Call) -> dict[str, Any]:
-    assert isinstance(call.query, NextRunsQuery)
+async def next_runs(call: Call[None, NextRunsQuery]) -> dict[str, Any]:
     schedule = await _one(call, _path_name(call))
     runs = await _execute(
         call,

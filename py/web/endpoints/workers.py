@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Reply, Role, Scope
+from codity.web.endpoint import Endpoint, Reply
 from codity.web.fields import Strict
 from codity.web.paging import newest_first
 
@@ -68,8 +69,7 @@ LIMIT %(fetch)s
 """
 
 
-async def list_workers(call: Call) -> Reply:
-    assert isinstance(call.query, WorkerQuery)
+async def list_workers(call: Call[None, WorkerQuery]) -> Reply:
     return await newest_first(call, _LIST, call.query, alive=ALIVE_WITHIN_SECONDS)
 
 
