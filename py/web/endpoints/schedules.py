@@ -39,7 +39,6 @@ Task = Annotated[str, Field(min_length=1, max_length=200, pattern=NUL_FREE)]
 Priority = Annotated[int, Field(ge=-1000, le=1000)]
 
 
-
 class ScheduleCreate(Strict):
     name: ScheduleName
     queue: QueueName
