@@ -2,10 +2,11 @@
 
 For each :class:`Endpoint` the mount builds one Starlette route whose pipeline is, in
 order: authenticate (unless public) → parse query and body → charge auth rate limits →
-open the request's transaction as codity_app → **the guard** (every project-scoped entry,
-no exceptions) → role check → charge enqueue rate limits → the handler → commit → the
-envelope. Routes made this way carry their entry as ``__codity_endpoint__``, which is how
-the drift test proves that nothing was added to the app behind the list's back.
+:func:`codity.web.invoke.invoke` (the request's transaction as codity_app → **the guard**,
+every project-scoped entry, no exceptions → role check → enqueue rate limits → the
+handler → commit) → the envelope. Routes made this way carry their entry as
+``__codity_endpoint__``, which is how the drift test proves that nothing was added to the
+app behind the list's back.
 """
 
 from __future__ import annotations
@@ -13,23 +14,23 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from codity.db.errors import CodityError
 from codity.web.access import Limit, Scope
-from codity.web.call import Call, Principal, Tenant
+from codity.web.call import Principal
 from codity.web.database import transaction
 from codity.web.endpoint import Endpoint, Reply
 from codity.web.envelope import error_response, render_data, success_response
 from codity.web.errors import ApiError, from_codity_error, from_database_error
-from codity.web.guard import authenticate, check_role, guard
+from codity.web.guard import authenticate
 from codity.web.inputs import parse_body, parse_query
+from codity.web.invoke import Invocation, invoke
 from codity.web.ratelimit import charge
 from codity.web.settings import WebSettings
 
@@ -38,11 +39,6 @@ __all__ = ["ENDPOINT_ATTRIBUTE", "client_ip", "mount", "request_id_of"]
 log = logging.getLogger(__name__)
 
 ENDPOINT_ATTRIBUTE = "__codity_endpoint__"
-
-
-@runtime_checkable
-class Costed(Protocol):
-    def enqueue_cost(self) -> int: ...
 
 
 def request_id_of(request: Request) -> str:
@@ -101,45 +97,17 @@ def _pipeline(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
             ip = client_ip(request, settings)
             if endpoint.limit is Limit.AUTH:
                 await _auth_limits(ip, body, settings, pool)
-            user_id = principal.user_id if principal else None
-
-            def make_call(
-                conn: AsyncConnection[Any] | None, tenant: Tenant | None
-            ) -> Call[Any, Any]:
-                return Call(
-                    request=request,
-                    request_id=request_id,
-                    settings=settings,
-                    pool=pool,
-                    connection=conn,
-                    principal=principal,
-                    tenant=tenant,
-                    body=body,
-                    query=query,
-                    path=dict(request.path_params),
-                    client_ip=ip,
-                )
-
-            if not endpoint.uses_db:
-                result = await endpoint.handler(make_call(None, None))
-            else:
-                async with transaction(pool, user_id=user_id) as conn:
-                    tenant: Tenant | None = None
-                    if endpoint.scope is Scope.PROJECT:
-                        assert principal is not None
-                        tenant = await guard(conn, principal)
-                    if principal is not None:
-                        check_role(endpoint, principal, tenant)
-                    if endpoint.limit is Limit.ENQUEUE and tenant is not None:
-                        cost = body.enqueue_cost() if isinstance(body, Costed) else 1
-                        await charge(
-                            conn,
-                            f"enqueue:project:{tenant.project_id}",
-                            limit=settings.enqueues_per_minute,
-                            window_seconds=60,
-                            cost=cost,
-                        )
-                    result = await endpoint.handler(make_call(conn, tenant))
+            how = Invocation(
+                request=request,
+                request_id=request_id,
+                settings=settings,
+                pool=pool,
+                client_ip=ip,
+                path=dict(request.path_params),
+                body=body,
+                query=query,
+            )
+            result = await invoke(endpoint, principal, how)
             if endpoint.raw:
                 assert isinstance(result, Response)
                 return result
