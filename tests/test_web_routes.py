@@ -1,5 +1,6 @@
-"""Routes as data: the app serves exactly ALL_ROUTES, described by a valid OpenAPI 3.1
-document, with Swagger UI from local files and the same headers and envelopes everywhere."""
+"""Routes as data: the app serves exactly ALL_ROUTES and DASHBOARD_PAGES, the API described
+by a valid OpenAPI 3.1 document, with Swagger UI from local files and the same headers and
+envelopes everywhere."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
 from codity.web.access import Role, Scope
-from codity.web.app import DOCS_ASSETS_PATH, create_app
+from codity.web.app import DASHBOARD_ASSETS_PATH, DOCS_ASSETS_PATH, create_app
+from codity.web.dashboard.page import PAGE_ATTRIBUTE
+from codity.web.dashboard.routes import DASHBOARD_PAGES
 from codity.web.mount import ENDPOINT_ATTRIBUTE
 from codity.web.openapi import openapi_path
 from codity.web.routes import ALL_ROUTES
@@ -18,13 +21,17 @@ from tests.webapp import SETTINGS, add_user, make_tenant, web_client
 
 
 def routes_outside_the_list(app: Starlette) -> list[str]:
-    """Every route the app would serve that did not come from mount(ALL_ROUTES)."""
-    listed = {(e.method, e.path) for e in ALL_ROUTES}
+    """Every route the app would serve that did not come from mount(ALL_ROUTES) or
+    mount_pages(DASHBOARD_PAGES), static assets aside."""
+    listed = {(e.method, e.path) for e in ALL_ROUTES} | {
+        (p.method, p.path) for p in DASHBOARD_PAGES
+    }
     strays = []
     for route in app.routes:
-        if isinstance(route, Mount) and route.path == DOCS_ASSETS_PATH:
+        if isinstance(route, Mount) and route.path in (DOCS_ASSETS_PATH, DASHBOARD_ASSETS_PATH):
             continue
-        entry = getattr(getattr(route, "endpoint", None), ENDPOINT_ATTRIBUTE, None)
+        handler = getattr(route, "endpoint", None)
+        entry = getattr(handler, ENDPOINT_ATTRIBUTE, None) or getattr(handler, PAGE_ATTRIBUTE, None)
         if entry is None or (entry.method, entry.path) not in listed:
             strays.append(getattr(route, "path", repr(route)))
     return strays

@@ -1,0 +1,1 @@
+"""The dashboard's screens, one module each; every module exports ``PAGES``."""
