@@ -10,13 +10,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from codity.web.dashboard.page import Page
-from codity.web.dashboard.screens import auth, events, overview
+from codity.web.dashboard.screens import (
+    auth,
+    dead_letters,
+    events,
+    jobs,
+    overview,
+    queues,
+    schedules,
+    settings,
+    workers,
+)
 
 __all__ = ["DASHBOARD_PAGES", "static_dir"]
 
 DASHBOARD_PAGES: tuple[Page, ...] = (
     *auth.PAGES,
     *overview.PAGES,
+    *queues.PAGES,
+    *jobs.PAGES,
+    *dead_letters.PAGES,
+    *schedules.PAGES,
+    *workers.PAGES,
+    *settings.PAGES,
     *events.PAGES,
 )
 
