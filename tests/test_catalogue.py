@@ -134,6 +134,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.pause_queue(text,bigint,timestamp with time zone)",
     "codity.pause_schedule(text,bigint,timestamp with time zone)",
     "codity.promote(timestamp with time zone,integer)",
+    "codity.roll_up(timestamp with time zone)",
     "codity.rate_limit_hit(text,integer,interval,integer,timestamp with time zone)",
     "codity.rate_limit_refund(text,interval,timestamp with time zone,integer,"
     "timestamp with time zone)",
@@ -186,12 +187,14 @@ READONLY_VIEWS = {
     "dead_letter_overview",
     "fence_rejection_overview",
 }
-# Reference data, not state: the state diagram (0001_schema) and the installation's settings.
-READONLY_REFERENCE_TABLES = {"job_transitions", "settings"}
+# Reference data, not state: the state diagram (0001_schema), the installation's settings
+# and how far the per-minute rollup got.
+READONLY_REFERENCE_TABLES = {"job_transitions", "settings", "rollup_state"}
 # The views run with the caller's rights (security_invoker), so the installation-wide read
 # role reads the operational tables under them; never an auth table.
 READONLY_OPERATIONAL_TABLES = {
     "queues",
+    "queue_minutes",
     "jobs",
     "job_executions",
     "dead_letters",

@@ -1,7 +1,8 @@
 -- codity.tick: one pass of every cluster-wide loop.
 --
 -- sweep_workers first (so dead workers' leases are cut), then reap (requeue them), then
--- promote (due scheduled jobs), then materialize_cron (due schedules). Each step is safe
+-- promote (due scheduled jobs), then materialize_cron (due schedules), then roll_up (the
+-- dashboard's per-minute figures, once a minute). Each step is safe
 -- with several schedulers at once, so no leader is needed. The scheduler process calls
 -- this every SCHEDULER_TICK_MS; pg_cron can call it instead (docs/RUNBOOK.md).
 
@@ -30,12 +31,14 @@ BEGIN
     FROM codity.reap(p_now) AS r;
     v_promoted := codity.promote(p_now);
     SELECT count(*) INTO v_materialized FROM codity.materialize_cron(p_now);
+    PERFORM codity.roll_up(p_now);
     RETURN QUERY SELECT v_workers_dead, v_reaped, v_dead_lettered, v_promoted, v_materialized;
 END;
 $$;
 
 COMMENT ON FUNCTION codity.tick(timestamptz, interval) IS
-'Run sweep_workers, reap, promote and materialize_cron once; returns what each did.
+'Run sweep_workers, reap, promote, materialize_cron and roll_up once; returns what the
+first four did.
 
 Call it every few seconds from the scheduler process or from pg_cron; any number of
 callers may run at once. Workers silent for p_worker_stale_after (NULL: the

@@ -1,0 +1,117 @@
+-- codity.queue_depths: per queue, how many jobs are in each state an operator acts on,
+-- counted only up to a cap, and how long the oldest claimable job has waited.
+--
+-- Counting every job row on each call does not survive a million of them; these counts
+-- stop at p_cap (codity.count_cap() by default), each one index range: claimable through
+-- the claim index, scheduled through the promote index (plus queued jobs not yet due),
+-- running through the lease index, the rest through (queue_id, status, id). A count equal
+-- to the cap means "at least the cap". The oldest claimable job is found without a sort:
+-- one index probe per distinct priority of the queue's queued jobs (a loose index scan).
+-- Security invoker: row-level security decides which queues the caller sees; p_project_id
+-- narrows to one project (NULL: every project visible to the caller). Read-only.
+
+CREATE OR REPLACE FUNCTION codity.count_cap()
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, codity, pg_temp
+AS $$ SELECT 10000 $$;
+
+COMMENT ON FUNCTION codity.count_cap() IS
+'The default cap of the dashboard''s counts (10,000): a count that reaches it means "at least that many".
+Example: SELECT codity.count_cap();';
+
+REVOKE ALL ON FUNCTION codity.count_cap() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.count_cap() TO codity_app, codity_readonly;
+
+CREATE OR REPLACE FUNCTION codity.queue_depths(
+    p_project_id bigint DEFAULT NULL,
+    p_cap integer DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    queue_id bigint,
+    project_id bigint,
+    queue text,
+    is_paused boolean,
+    claimable integer,
+    scheduled integer,
+    running integer,
+    completed integer,
+    failed integer,
+    dead_letter integer,
+    cancelled integer,
+    oldest_claimable_at timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cap integer := coalesce(p_cap, codity.count_cap());
+BEGIN
+    IF v_cap < 1 OR v_cap > 1000000 THEN
+        RAISE EXCEPTION 'the cap must be between 1 and 1000000, got %', v_cap USING ERRCODE = 'CD010';
+    END IF;
+    RETURN QUERY
+    SELECT q.id, q.project_id, q.name, q.is_paused,
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at <= p_now
+               LIMIT v_cap) c),
+           least(v_cap, (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'scheduled' LIMIT v_cap) c)
+             + (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at > p_now
+               LIMIT v_cap) c)),
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status IN ('claimed', 'running') LIMIT v_cap) c),
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'completed' LIMIT v_cap) c),
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'failed' LIMIT v_cap) c),
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'dead_letter' LIMIT v_cap) c),
+           (SELECT count(*)::integer FROM (
+               SELECT 1 FROM codity.jobs j
+               WHERE j.queue_id = q.id AND j.status = 'cancelled' LIMIT v_cap) c),
+           (WITH RECURSIVE priorities (priority) AS (
+                (SELECT j.priority FROM codity.jobs j
+                 WHERE j.queue_id = q.id AND j.status = 'queued'
+                 ORDER BY j.priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM codity.jobs j
+                        WHERE j.queue_id = q.id AND j.status = 'queued'
+                          AND j.priority < p.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM priorities p WHERE p.priority IS NOT NULL
+            )
+            SELECT CASE WHEN o.oldest <= p_now THEN o.oldest END
+            FROM (SELECT min((SELECT j.run_at FROM codity.jobs j
+                              WHERE j.queue_id = q.id AND j.status = 'queued'
+                                AND j.priority = p.priority
+                              ORDER BY j.run_at LIMIT 1)) AS oldest
+                  FROM priorities p WHERE p.priority IS NOT NULL) o)
+    FROM codity.queues q
+    WHERE p_project_id IS NULL OR q.project_id = p_project_id
+    ORDER BY q.project_id, q.name;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.queue_depths(bigint, integer, timestamptz) IS
+'Per queue: jobs claimable, scheduled, running, completed, failed, dead-lettered and
+cancelled, each counted up to p_cap (NULL: codity.count_cap(); a count equal to the cap
+means at least that many), and when the oldest claimable job became due. Row-level
+security applies; p_project_id narrows to one project (NULL: all visible).
+Example: SELECT queue, claimable, now() - oldest_claimable_at AS waiting FROM codity.queue_depths(1);';
+
+REVOKE ALL ON FUNCTION codity.queue_depths(bigint, integer, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.queue_depths(bigint, integer, timestamptz) TO codity_app, codity_readonly;

@@ -1,0 +1,147 @@
+"""What the dashboard reads from SQL: capped depths per queue and the per-minute rollup.
+
+``codity.queue_depths`` counts each state only up to a cap and finds the oldest claimable
+job through the indexes; ``codity.roll_up`` closes each minute once into
+``codity.queue_minutes``, and of several callers exactly one does it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.sqlapi import NO_BACKOFF, Conn, create_queue, one, row
+
+DEPTHS = (
+    "SELECT claimable, scheduled, running, completed, failed, dead_letter, cancelled,"
+    " oldest_claimable_at FROM codity.queue_depths(NULL, %s) WHERE queue = %s"
+)
+
+
+def _enqueue(conn: Conn, queue: str, *, priority: int = 0, run_at: Any = None) -> int:
+    return int(
+        one(
+            conn,
+            "SELECT job_id FROM codity.enqueue(%s, 't', p_priority => %s, p_run_at => %s)",
+            [queue, priority, run_at],
+        )
+    )
+
+
+def test_depths_count_each_state_up_to_the_cap_and_find_the_oldest_claimable(tx: Conn) -> None:
+    create_queue(tx, "emails")
+    now = one(tx, "SELECT now()")
+    waiting = {
+        _enqueue(tx, "emails", priority=5): dt.timedelta(minutes=1),
+        _enqueue(tx, "emails", priority=0): dt.timedelta(minutes=2),
+        _enqueue(tx, "emails", priority=-3): dt.timedelta(minutes=10),
+        _enqueue(tx, "emails", priority=-3): dt.timedelta(minutes=4),
+    }
+    for job, age in waiting.items():
+        tx.execute("UPDATE codity.jobs SET run_at = %s WHERE id = %s", [now - age, job])
+    later = _enqueue(tx, "emails", priority=-9, run_at=now + dt.timedelta(hours=1))
+    (worker,) = row(tx, "SELECT codity.register_worker('w', ARRAY['emails'])")
+    held, _ = row(tx, "SELECT job_id, fence FROM codity.claim(%s, 'emails', 1)", [worker])
+    assert held in waiting and waiting.pop(held) == dt.timedelta(minutes=1)
+
+    assert row(tx, DEPTHS, [None, "emails"]) == (
+        3,
+        1,
+        1,
+        0,
+        0,
+        0,
+        0,
+        now - dt.timedelta(minutes=10),
+    ), "the priority -3 job has waited longest; the job due in an hour is scheduled"
+    assert row(tx, DEPTHS, [2, "emails"])[:3] == (2, 1, 1), "claimable stops at the cap"
+
+    tx.execute("SELECT codity.cancel(%s)", [later])
+    for job in waiting:
+        tx.execute("SELECT codity.cancel(%s)", [job])
+    assert row(tx, DEPTHS, [2, "emails"]) == (0, 0, 1, 0, 0, 0, 2, None)
+
+
+def test_a_bad_cap_is_refused(tx: Conn) -> None:
+    with pytest.raises(psycopg.Error) as caught, tx.transaction():
+        tx.execute("SELECT * FROM codity.queue_depths(NULL, 0)")
+    assert caught.value.sqlstate == "CD010"
+
+
+def _run(tx: Conn, queue: str, at: dt.datetime, *, fail: bool = False) -> None:
+    """Enqueue, claim and finish one job at ``at`` (completed, or failed and retried)."""
+    job = _enqueue(tx, queue, run_at=at)
+    tx.execute("UPDATE codity.jobs SET status = 'queued' WHERE id = %s", [job])
+    (worker,) = row(tx, "SELECT codity.register_worker('w', ARRAY[%s], p_now => %s)", [queue, at])
+    got, fence = row(
+        tx, "SELECT job_id, fence FROM codity.claim(%s, %s, 1, p_now => %s)", [worker, queue, at]
+    )
+    assert got == job
+    tx.execute("SELECT codity.start(%s, %s, p_now => %s)", [job, fence, at])
+    if fail:
+        tx.execute("SELECT codity.fail(%s, %s, 'Boom: no', p_now => %s)", [job, fence, at])
+    else:
+        tx.execute("SELECT codity.complete(%s, %s, p_now => %s)", [job, fence, at])
+
+
+MINUTES = (
+    "SELECT minute, completed, failed, dead_lettered, claimable FROM codity.queue_minutes m"
+    " JOIN codity.queues q ON q.id = m.queue_id WHERE q.name = %s ORDER BY minute"
+)
+
+
+def test_each_closed_minute_is_rolled_up_once_by_finish_time(tx: Conn) -> None:
+    create_queue(tx, "emails", max_attempts=1, **NO_BACKOFF)
+    tx.execute("UPDATE codity.rollup_state SET rolled_until = NULL")
+    base = one(tx, "SELECT date_trunc('minute', now()) - interval '30 minutes'")
+    second = dt.timedelta(seconds=1)
+    _run(tx, "emails", base + 10 * second)
+    _run(tx, "emails", base + 20 * second, fail=True)
+    _run(tx, "emails", base + 65 * second)
+    _enqueue(tx, "emails", priority=-5, run_at=base)  # claimable: the depth sample
+
+    rolled = one(tx, "SELECT codity.roll_up(%s)", [base + 140 * second])
+    assert rolled == 60, "a first roll-up covers the hour before the last closed minute"
+    minute = dt.timedelta(minutes=1)
+    assert tx.execute(MINUTES, ["emails"]).fetchall() == [
+        (base, 1, 1, 1, 0),
+        (base + minute, 1, 0, 0, 1),
+    ], "the failed job (one attempt) was dead-lettered; the depth is sampled on the last minute"
+    assert one(tx, "SELECT codity.roll_up(%s)", [base + 150 * second]) == 0, "nothing new closed"
+
+    _run(tx, "emails", base + 150 * second)
+    assert one(tx, "SELECT codity.roll_up(%s)", [base + 3 * minute + 10 * second]) == 0, (
+        "a minute closes 15 s after it ends"
+    )
+    assert one(tx, "SELECT codity.roll_up(%s)", [base + 3 * minute + 16 * second]) == 1
+    assert tx.execute(MINUTES, ["emails"]).fetchall()[-1] == (base + 2 * minute, 1, 0, 0, 1)
+
+
+def test_rows_older_than_the_retention_are_deleted(tx: Conn) -> None:
+    queue = create_queue(tx, "emails")
+    tx.execute("UPDATE codity.rollup_state SET rolled_until = NULL, keep = interval '1 hour'")
+    tx.execute(
+        "INSERT INTO codity.queue_minutes (queue_id, minute, completed)"
+        " VALUES (%s, date_trunc('minute', now()) - interval '2 hours', 5),"
+        "        (%s, date_trunc('minute', now()) - interval '30 minutes', 7)",
+        [queue, queue],
+    )
+    tx.execute("SELECT codity.roll_up()")
+    assert [r[1] for r in tx.execute(MINUTES, ["emails"]).fetchall()] == [7]
+
+
+def test_of_two_callers_one_rolls_up_and_the_other_does_not_wait(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as first, psycopg.connect(db_url) as second:
+        first.execute("UPDATE codity.rollup_state SET rolled_until = NULL")
+        second.execute("SELECT * FROM codity.rollup_state FOR UPDATE")
+        first.execute("SET lock_timeout = '2s'")
+        assert one(first, "SELECT codity.roll_up()") == 0, "the holder's turn; no wait, no error"
+        second.rollback()
+        assert one(first, "SELECT codity.roll_up()") == 60
+        assert one(first, "SELECT codity.roll_up()") == 0
+        assert one(first, "SELECT rolled_until FROM codity.rollup_state") == one(
+            first, "SELECT date_trunc('minute', now() - interval '15 seconds')"
+        )
