@@ -39,6 +39,21 @@ def _age(seconds: Any) -> str:
     return f"{s // 86400} d"
 
 
+def _duration(seconds: Any) -> str:
+    """A duration to the precision it deserves: '850 ms', '3.2 s', '4 min 5 s', '2 h 5 min'."""
+    if seconds is None:
+        return "—"
+    s = float(seconds)
+    if s < 1:
+        return f"{round(s * 1000)} ms"
+    if s < 60:
+        return f"{s:.1f} s"
+    whole = int(s)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return _age(whole)
+
+
 def _count(value: Any, capped: bool = False) -> str:
     text = f"{int(value):,}" if value is not None else "—"
     return f"{text}+" if capped else text
@@ -57,7 +72,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=_when, age=_age, count=_count, pretty=_pretty)
+    env.filters.update(when=_when, age=_age, duration=_duration, count=_count, pretty=_pretty)
     return env
 
 
