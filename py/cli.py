@@ -157,10 +157,12 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         ]
     else:
         print("no queues yet: starting the scheduler only (create queues, or use --demo)")
-    print(f"Codity is up: database {url}")
-    print(f"  API and docs: http://{args.host}:{args.port}/api/v1/docs")
+    base = f"http://{args.host}:{args.port}"
+    print(f"Codity is up. Dashboard: {base}/")
     if args.demo:
         print(f"  sign in as {DEMO_OPERATOR_EMAIL} / {DEMO_OPERATOR_PASSWORD}")
+    print(f"  API and docs: {base}/api/v1/docs")
+    print(f"  database: {url}")
     served = ", ".join(queues) or "-"
     print(f"  scheduler + {args.workers if queues else 0} worker(s) on {served}; Ctrl-C stops")
     env = dict(os.environ, DATABASE_URL=url)
@@ -181,7 +183,10 @@ def _cmd_web(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"web: {exc}") from None
     logging.getLogger("uvicorn.access").disabled = True
     base = f"http://{args.host}:{args.port}"
-    print(f"Codity API docs on {base}/api/v1/docs (health: {base}/readyz)", flush=True)
+    print(
+        f"Codity dashboard on {base}/ (API docs: {base}/api/v1/docs, health: {base}/readyz)",
+        flush=True,
+    )
     uvicorn.run(
         create_app(url, web_settings),
         host=args.host,

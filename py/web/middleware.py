@@ -27,7 +27,6 @@ _INCOMING_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 _COMMON = [
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
@@ -50,13 +49,18 @@ _DASHBOARD_CSP = (
 
 def security_headers(path: str) -> list[tuple[bytes, bytes]]:
     """Headers every response carries; pages (docs, dashboard) may load their own assets."""
+    # The dashboard's forms are checked for this site's Origin; under "no-referrer" a
+    # browser sends "Origin: null" with a form POST (Fetch, "serializing a request origin"),
+    # so its pages say "same-origin": the full origin to this site, nothing to any other.
+    referrer = b"no-referrer"
     if path.startswith("/api/v1/docs"):
         csp = _PAGE_CSP  # Swagger UI sets styles inline
     elif path.startswith("/api/"):
         csp = _API_CSP
     else:
         csp = _DASHBOARD_CSP
-    headers = [*_COMMON, (b"content-security-policy", csp)]
+        referrer = b"same-origin"
+    headers = [*_COMMON, (b"referrer-policy", referrer), (b"content-security-policy", csp)]
     if path.startswith("/api/") and not path.startswith("/api/v1/docs"):
         headers.append((b"cache-control", b"no-store"))
     return headers
