@@ -15,7 +15,7 @@ a real database, and SIGTERM ends it with status 0, deregistered.
   job without reporting, which is correct too and accepted, but proves less.
 
 The default run keeps the Node worker's exactly-once run; the bash worker (``slow``) and the
-frozen workers (``faults``) run in CI, with ``-m "slow or faults or fuzz"``.
+frozen workers (``faults``) run in CI, with ``-m "slow or faults or fuzz or browser"``.
 """
 
 from __future__ import annotations
