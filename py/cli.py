@@ -279,6 +279,16 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 1
 
 
+def _cmd_bench_dashboard(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.bench.dashboard_run import run_dashboard_command
+
+    if args.jobs < 1000 or args.pages < 1:
+        raise UsageError("bench-dashboard: --jobs must be at least 1000 and --pages at least 1")
+    return run_dashboard_command(
+        database_url(settings), jobs=args.jobs, pages=args.pages, write=not args.no_write
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     tick_default = int(os.environ.get("SCHEDULER_TICK_MS") or 1000)
     web_host = os.environ.get("CODITY_WEB_HOST") or "127.0.0.1"
@@ -366,6 +376,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--jobs", type=int, help="jobs to drain (default 20000)")
     bench.add_argument("--no-write", action="store_true", help="leave docs/PERFORMANCE.md alone")
     bench.set_defaults(func=_cmd_bench)
+
+    dash = sub.add_parser(
+        "bench-dashboard", help="dashboard page times at 1M jobs, 200 live pages; PERFORMANCE.md"
+    )
+    dash.add_argument("--jobs", type=int, default=1_000_000, help="jobs to load (1,000,000)")
+    dash.add_argument("--pages", type=int, default=200, help="live pages to open (200)")
+    dash.add_argument("--no-write", action="store_true", help="leave docs/PERFORMANCE.md alone")
+    dash.set_defaults(func=_cmd_bench_dashboard)
     return parser
 
 

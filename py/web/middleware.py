@@ -1,4 +1,5 @@
-"""The ASGI layer around every response: request id, security headers, access log, last resort.
+"""The ASGI layer around every response: request id, security headers, server timing, access
+log, last resort.
 
 Pure ASGI (no BaseHTTPMiddleware), so streaming bodies and the body cap stay intact.
 An exception that escapes a route is logged with its trace under the request id and
@@ -92,6 +93,10 @@ class RequestContext:
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in own]
                 headers += security_headers(path)
                 headers.append((b"x-request-id", request_id.encode()))
+                # Time to the first byte: a rendered page's whole server time (benchmarks and
+                # browsers' network panels read it).
+                elapsed_ms = (time.perf_counter() - started) * 1000
+                headers.append((b"server-timing", f"app;dur={elapsed_ms:.1f}".encode()))
                 message = {**message, "headers": headers}
             await send(message)
 
