@@ -168,6 +168,8 @@ _READ = (
         "SELECT codity.cron_next('*/15 9-17 * * MON-FRI', '2030-01-01 00:00Z', 'Europe/London')",
     ),
     Call("cron_validate", "SELECT codity.cron_validate('0 2 * * *', 'Asia/Kolkata')"),
+    Call("count_cap", "SELECT codity.count_cap()"),
+    Call("queue_depths", "SELECT * FROM codity.queue_depths(NULL, 100{now})"),
 )
 
 _APP = (
@@ -214,6 +216,7 @@ _APP = (
     Call("promote", "SELECT codity.promote({now_only})"),
     Call("materialize_cron", "SELECT * FROM codity.materialize_cron({now_only})"),
     Call("tick", "SELECT * FROM codity.tick({now_only})"),
+    Call("roll_up", "SELECT codity.roll_up({now_only})"),
     Call(
         "rate_limit_hit",
         "SELECT * FROM codity.rate_limit_hit('auth:ip:10.0.0.7', 5, interval '15 minutes'{now})",

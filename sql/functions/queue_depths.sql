@@ -51,9 +51,23 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_cap integer := coalesce(p_cap, codity.count_cap());
+    v_caller text;
 BEGIN
     IF v_cap < 1 OR v_cap > 1000000 THEN
         RAISE EXCEPTION 'the cap must be between 1 and 1000000, got %', v_cap USING ERRCODE = 'CD010';
+    END IF;
+    -- The clock rule of codity._check_clock (same caller: the session's role), written out
+    -- because an invoker function cannot call that private helper (granted to nobody).
+    IF p_now IS DISTINCT FROM pg_catalog.now() THEN
+        v_caller := pg_catalog.current_setting('role');
+        IF v_caller = 'none' THEN
+            v_caller := session_user;
+        END IF;
+        IF p_now IS NULL OR NOT pg_catalog.pg_has_role(v_caller, 'codity_clock', 'MEMBER') THEN
+            RAISE EXCEPTION 'only tests may move the clock: % may not pass p_now', v_caller
+                USING ERRCODE = 'CD022',
+                      HINT = 'Leave p_now out. Moving time needs a superuser or a member of codity_clock.';
+        END IF;
     END IF;
     RETURN QUERY
     SELECT q.id, q.project_id, q.name, q.is_paused,
