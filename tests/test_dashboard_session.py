@@ -4,16 +4,20 @@ Origin and the session's CSRF token."""
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import re
 from typing import Any
 
 import psycopg
+from starlette.testclient import TestClient
 
 from codity.web.access import Role
+from codity.web.app import create_app
 from codity.web.dashboard.session import PRE_SESSION_COOKIE, SESSION_COOKIE
 from codity.web.passwords import hash_password
 from tests.dashboard import ORIGIN, sign_in
-from tests.webapp import add_user, make_tenant, web_client
+from tests.webapp import SETTINGS, add_user, make_tenant, web_client
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -124,3 +128,42 @@ def test_a_viewer_reads_the_overview_and_sees_no_action_control(
         page = session.get("/")
         assert page.status_code == 200
         assert "viewer" in page.text
+
+
+def test_behind_a_trusted_tls_proxy_forms_and_cookies_follow_the_browsers_scheme(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """TLS ends at a proxy: the app sees http, the browser's Origin says https. Only a peer
+    in CODITY_TRUSTED_PROXIES may say so (X-Forwarded-Proto); anyone else may not."""
+    user = _user_with_password(conn)
+    proxied = dataclasses.replace(SETTINGS, trusted_proxies=(ipaddress.ip_network("10.0.0.0/8"),))
+    https = {"X-Forwarded-Proto": "https"}
+    app = create_app(db_url, proxied)
+    with TestClient(app, client=("10.1.2.3", 4000), headers=https) as client:
+        form = client.get("/signin")
+        pre = next(c for c in form.headers.get_list("set-cookie") if PRE_SESSION_COOKIE in c)
+        assert "Secure" in pre
+        # The test client speaks http, so it keeps a Secure cookie to itself: sent by hand.
+        pre_value = pre.split(";")[0].split("=", 1)[1]
+        answer = client.post(
+            "/signin",
+            data={"csrf": _signin_token(form.text), "email": user.email, "password": PASSWORD},
+            headers={"Origin": "https://testserver", "Cookie": f"{PRE_SESSION_COOKIE}={pre_value}"},
+            follow_redirects=False,
+        )
+        assert answer.status_code == 303, answer.text
+        cookie = next(c for c in answer.headers.get_list("set-cookie") if SESSION_COOKIE in c)
+        assert "Secure" in cookie, "the browser came over HTTPS: the cookie must say Secure"
+        session = sign_in(client, conn, user)
+        plain = session.forge("/signout", {"csrf": session.csrf}, origin=ORIGIN)
+        assert plain.status_code == 403, "http://testserver is not the site the browser sees"
+        assert (
+            session.forge(
+                "/signout", {"csrf": session.csrf}, origin="https://testserver"
+            ).status_code
+            == 303
+        )
+    with TestClient(app, client=("192.0.2.9", 4000), headers=https) as client:
+        session = sign_in(client, conn, user)
+        spoofed = session.forge("/signout", {"csrf": session.csrf}, origin="https://testserver")
+        assert spoofed.status_code == 403, "an untrusted peer cannot claim https"

@@ -196,7 +196,7 @@ def _pipeline(page: Page) -> Callable[[Request], Awaitable[Response]]:
             return ctx.redirect(f"/signin?next={quote(target, safe='')}")
         try:
             if request.method == "POST":
-                if not origin_allowed(request):
+                if not origin_allowed(request, settings):
                     raise ApiError(403, "forbidden", "this form was not sent from this site")
                 ctx.form = await _form(request)
                 if session is not None:

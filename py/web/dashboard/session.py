@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "load_session",
     "origin_allowed",
     "pre_session_token",
+    "public_scheme",
     "remember_pre_session",
     "set_session",
     "signin_token",
@@ -91,8 +93,24 @@ async def load_session(request: Request, pool: AsyncConnectionPool[Any]) -> Sess
     return Session(token, row["user_id"], row["email"], row["org_id"], row["project_id"])
 
 
-def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+def public_scheme(request: Request, settings: WebSettings) -> str:
+    """The scheme the browser used: the socket's, or, when the peer is one of
+    ``CODITY_TRUSTED_PROXIES`` (a proxy terminating TLS), its ``X-Forwarded-Proto``."""
+    scheme = request.url.scheme
+    if not settings.trusted_proxies or request.client is None:
+        return scheme
+    try:
+        peer = ipaddress.ip_address(request.client.host)
+    except ValueError:
+        return scheme
+    if not any(peer in net for net in settings.trusted_proxies):
+        return scheme
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return forwarded if forwarded in ("http", "https") else scheme
+
+
+def _secure(request: Request, settings: WebSettings) -> bool:
+    return public_scheme(request, settings) == "https"
 
 
 def set_session(response: Response, request: Request, token: str, settings: WebSettings) -> None:
@@ -103,7 +121,7 @@ def set_session(response: Response, request: Request, token: str, settings: WebS
         path="/",
         httponly=True,
         samesite="strict",
-        secure=_secure(request),
+        secure=_secure(request, settings),
     )
     response.delete_cookie(PRE_SESSION_COOKIE, path="/")
 
@@ -135,7 +153,9 @@ def pre_session_token(request: Request) -> tuple[str, bool]:
     return secrets.token_urlsafe(24), True
 
 
-def remember_pre_session(response: Response, request: Request, value: str) -> None:
+def remember_pre_session(
+    response: Response, request: Request, value: str, settings: WebSettings
+) -> None:
     response.set_cookie(
         PRE_SESSION_COOKIE,
         value,
@@ -143,13 +163,14 @@ def remember_pre_session(response: Response, request: Request, value: str) -> No
         path="/",
         httponly=True,
         samesite="strict",
-        secure=_secure(request),
+        secure=_secure(request, settings),
     )
 
 
-def origin_allowed(request: Request) -> bool:
-    """Whether the request says it comes from a page of this very site."""
-    here = (request.url.scheme, request.url.netloc)
+def origin_allowed(request: Request, settings: WebSettings) -> bool:
+    """Whether the request says it comes from a page of this very site (the scheme the
+    browser used, the ``Host`` it sent)."""
+    here = (public_scheme(request, settings), request.url.netloc)
     claimed = request.headers.get("origin") or request.headers.get("referer")
     if not claimed or claimed == "null":
         return False

@@ -50,7 +50,7 @@ def _signin_page(ctx: PageContext, *, status: int, message: str | None, email: s
         signin_csrf=signin_token(ctx.settings, value),
     )
     if is_new:
-        remember_pre_session(response, ctx.request, value)
+        remember_pre_session(response, ctx.request, value, ctx.settings)
     return response
 
 
