@@ -4,7 +4,8 @@
 -- Counting every job row on each call does not survive a million of them; these counts
 -- stop at p_cap (codity.count_cap() by default), each one index range: claimable through
 -- the claim index, scheduled through the promote index (plus queued jobs not yet due),
--- running through the lease index, the rest through (queue_id, status, id). A count equal
+-- running through the lease index, the rest through their partial (queue_id, id) indexes
+-- (migration 0010: under row-level security only a partial index serves a state). A count equal
 -- to the cap means "at least the cap". The oldest claimable job is found without a sort:
 -- one index probe per distinct priority of the queue's queued jobs (a loose index scan).
 -- Security invoker: row-level security decides which queues the caller sees; p_project_id
