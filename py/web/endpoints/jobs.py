@@ -1,48 +1,189 @@
-"""Jobs: list, get with every execution, cancel, retry (enqueueing is
-``codity.web.endpoints.enqueue``).
+"""Jobs: list with filters and capped counts, get with its whole history, cancel, retry
+(enqueueing is ``codity.web.endpoints.enqueue``, bulk actions ``jobs_bulk``).
 
 Writes go through codity.cancel / retry_job with the guarded project, so the API and any
 other client of the SQL API obey one set of rules. Reads select from the tables
 (row-level security applies) and filter by the project anyway, joining jobs to queues on
 ``queue_id``. A job of another project is reported exactly as a missing one. Payload
 values are never logged.
+
+A list at a million jobs: the project's queues are walked one by one (a LATERAL per
+queue), each in id order through ``(queue_id, status, id)`` or ``(queue_id, id DESC)``,
+and merged newest first, so a page reads about one page of index entries per queue and
+never sorts the table. Payload filters are jsonb containment (``payload @> ...``), which
+the GIN index ``jobs_payload_idx`` answers. Counts stop at ``codity.count_cap()`` (a
+``LIMIT`` in a subquery), so no read here counts an unbounded set. The filter queries run
+unprepared: each is planned for the values given (an unused filter folds away, and a
+payload filter can choose its index), never with a generic plan that fits none of them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AwareDatetime, BaseModel, Field
+from psycopg.types.json import Jsonb
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, Field, WithJsonSchema
 
 from codity.web.access import Role, Scope
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, Reply
-from codity.web.fields import QueueName, Strict
+from codity.web.endpoints.job_history import DeadLetterRecord, FenceRejection, TimelineEvent
+from codity.web.endpoints.job_history import timeline as job_timeline
+from codity.web.fields import MAX_ID, BoundedText, QueueName, Strict
+from codity.web.inputs import json_depth
 from codity.web.lookups import fetch_all, one_or_404, path_id
-from codity.web.paging import newest_first
+from codity.web.paging import decode_id_cursor, page_meta
 
-__all__ = ["ROUTES", "Job", "JobStatus", "read_job"]
+__all__ = [
+    "JOB_MATCH",
+    "JOB_STATUSES",
+    "QUEUE_MATCH",
+    "ROUTES",
+    "TABS",
+    "Job",
+    "JobFilter",
+    "JobId",
+    "JobMatch",
+    "JobStatus",
+    "match_params",
+    "read_job",
+]
 
 log = logging.getLogger(__name__)
 
 JobStatus = Literal[
     "scheduled", "queued", "claimed", "running", "completed", "failed", "dead_letter", "cancelled"
 ]
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
+
+TABS: dict[str, tuple[str, ...] | None] = {
+    "all": None,
+    "scheduled": ("scheduled",),
+    "queued": ("queued",),
+    "running": ("claimed", "running"),
+    "completed": ("completed",),
+    "dead_letter": ("dead_letter",),
+    "cancelled": ("cancelled",),
+}
+"""The states an operator tells apart, and the job statuses each one counts. "failed" has
+no tab: a failed job is rescheduled or dead-lettered in the same transaction."""
+
+_PAYLOAD_TEXT_MAX = 4096
+_PAYLOAD_DEPTH_MAX = 16
+
+# ---------------------------------------------------------------------------------------
+# Filters
+# ---------------------------------------------------------------------------------------
+
+
+def _split_statuses(value: Any) -> Any:
+    """``claimed,running`` in a query string is a list of two statuses."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",")]
+    return value
+
+
+def _json_object(value: Any) -> Any:
+    """A payload filter: a JSON object, given as text (query string) or as JSON (body)."""
+    if isinstance(value, str):
+        if len(value) > _PAYLOAD_TEXT_MAX:
+            raise ValueError(f"payload must be at most {_PAYLOAD_TEXT_MAX} characters of JSON")
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError(
+                'payload must be a JSON object, e.g. {"customer": {"id": 42}}'
+            ) from None
+    if not isinstance(value, dict):
+        raise ValueError('payload must be a JSON object, e.g. {"customer": {"id": 42}}')
+    if json_depth(value) > _PAYLOAD_DEPTH_MAX:
+        raise ValueError(f"payload must nest at most {_PAYLOAD_DEPTH_MAX} levels deep")
+    return value
+
+
+Statuses = Annotated[
+    list[JobStatus],
+    BeforeValidator(_split_statuses),
+    Field(min_length=1, max_length=len(JOB_STATUSES)),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "one status, or several separated by commas (claimed,running)",
+        }
+    ),
+]
+PayloadFilter = Annotated[
+    dict[str, Any],
+    BeforeValidator(_json_object),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "a JSON object; jobs whose payload contains it (jsonb @>)",
+        }
+    ),
+]
+JobId = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+
+class JobMatch(Strict):
+    """What a job must match, its state aside (the counts are per state)."""
+
+    queue: QueueName | None = None
+    task: BoundedText | None = None
+    id: JobId | None = None
+    worker_id: JobId | None = None
+    payload: PayloadFilter | None = None
+    created_after: AwareDatetime | None = None
+    created_before: AwareDatetime | None = None
+    finished_after: AwareDatetime | None = None
+    finished_before: AwareDatetime | None = None
+
+
+class JobFilter(JobMatch):
+    status: Statuses | None = None
+
+
+class JobListQuery(JobFilter):
+    limit: int = Field(50, ge=1, le=200)
+    cursor: str | None = Field(None, max_length=64)
+
+
+def match_params(match: JobMatch, project_id: int) -> dict[str, Any]:
+    """The parameters of :data:`QUEUE_MATCH` and :data:`JOB_MATCH` for a filter."""
+    params = match.model_dump(include=set(JobFilter.model_fields))
+    params.setdefault("status", None)
+    params["payload"] = None if match.payload is None else Jsonb(match.payload)
+    params["project_id"] = project_id
+    return params
+
+
+QUEUE_MATCH = """
+q.project_id = %(project_id)s
+  AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
+"""
+"""The queues of a filter (alias ``q``): the project's, or its one named queue."""
+
+JOB_MATCH = """
+  AND (%(status)s::codity.job_status[] IS NULL
+       OR j.status = ANY(%(status)s::codity.job_status[]))
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
+  AND (%(worker_id)s::bigint IS NULL OR j.worker_id = %(worker_id)s::bigint)
+  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+  AND (%(created_after)s::timestamptz IS NULL OR j.created_at > %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s::timestamptz)
+  AND (%(finished_after)s::timestamptz IS NULL OR j.finished_at > %(finished_after)s::timestamptz)
+  AND (%(finished_before)s::timestamptz IS NULL
+       OR j.finished_at < %(finished_before)s::timestamptz)
+"""
+"""The rest of a filter, as lines after ``WHERE j.queue_id = q.id`` (alias ``j``)."""
 
 # ---------------------------------------------------------------------------------------
 # Models
 # ---------------------------------------------------------------------------------------
-
-
-class JobListQuery(Strict):
-    status: JobStatus | None = None
-    queue: QueueName | None = None
-    created_after: AwareDatetime | None = None
-    created_before: AwareDatetime | None = None
-    limit: int = Field(50, ge=1, le=200)
-    cursor: str | None = Field(None, max_length=64)
 
 
 class JobSummary(BaseModel):
@@ -86,7 +227,20 @@ class Execution(BaseModel):
 
 
 class JobDetail(Job):
+    schedule_name: str | None = None
     executions: list[Execution]
+    dead_letters: list[DeadLetterRecord]
+    fence_rejections: list[FenceRejection]
+    """The latest 100, newest first."""
+    timeline: list[TimelineEvent]
+
+
+class StateCount(BaseModel):
+    state: str
+    statuses: list[str] | None
+    count: int
+    capped: bool
+    """True: there are more than ``count`` (the cap)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -102,9 +256,10 @@ SELECT j.id, q.name AS queue, j.task, j.priority, j.status::text AS status, j.ru
 
 _ONE = (
     _COLUMNS
-    + """, j.payload, j.queue_id
+    + """, j.payload, j.queue_id, s.name AS schedule_name
 FROM codity.jobs j
 JOIN codity.queues q ON q.id = j.queue_id
+LEFT JOIN codity.scheduled_jobs s ON s.id = j.schedule_id AND s.project_id = q.project_id
 WHERE q.project_id = %(project_id)s AND j.id = %(job_id)s
 """
 )
@@ -112,16 +267,41 @@ WHERE q.project_id = %(project_id)s AND j.id = %(job_id)s
 _LIST = (
     _COLUMNS
     + """
-FROM codity.jobs j
-JOIN codity.queues q ON q.id = j.queue_id
-WHERE q.project_id = %(project_id)s
-  AND (%(status)s::codity.job_status IS NULL OR j.status = %(status)s::codity.job_status)
-  AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
-  AND (%(created_after)s::timestamptz IS NULL OR j.created_at > %(created_after)s::timestamptz)
-  AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s::timestamptz)
-  AND (%(cursor)s::bigint IS NULL OR j.id < %(cursor)s::bigint)
+FROM codity.queues q
+CROSS JOIN LATERAL (
+    SELECT j.* FROM codity.jobs j
+    WHERE j.queue_id = q.id"""
+    + JOB_MATCH
+    + """
+      AND (%(cursor)s::bigint IS NULL OR j.id < %(cursor)s::bigint)
+    ORDER BY j.id DESC
+    LIMIT %(fetch)s
+) j
+WHERE"""
+    + QUEUE_MATCH
+    + """
 ORDER BY j.id DESC
 LIMIT %(fetch)s
+"""
+)
+
+_COUNT = (
+    """
+SELECT least(count(*), codity.count_cap()) AS count, count(*) > codity.count_cap() AS capped
+FROM (
+    SELECT 1 FROM codity.queues q
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM codity.jobs j
+        WHERE j.queue_id = q.id"""
+    + JOB_MATCH
+    + """
+        LIMIT codity.count_cap() + 1
+    ) j
+    WHERE"""
+    + QUEUE_MATCH
+    + """
+    LIMIT codity.count_cap() + 1
+) c
 """
 )
 
@@ -134,10 +314,36 @@ WHERE q.project_id = %(project_id)s AND x.queue_id = %(queue_id)s AND x.job_id =
 ORDER BY x.execution_seq
 """
 
+_DEAD_LETTERS = """
+SELECT d.id, d.reason, d.error, d.attempts, d.dead_at, d.replayed_at, d.replayed_job_id
+FROM codity.dead_letters d
+JOIN codity.queues q ON q.id = d.queue_id
+WHERE q.project_id = %(project_id)s AND d.queue_id = %(queue_id)s AND d.job_id = %(job_id)s
+ORDER BY d.dead_at, d.id
+"""
+
+_FENCE_REJECTIONS = """
+SELECT f.id, f.call, f.worker_id, f.presented_fence, f.current_fence,
+       f.job_status::text AS job_status, f.rejected_at
+FROM codity.fence_rejections f
+JOIN codity.queues q ON q.id = f.queue_id
+WHERE q.project_id = %(project_id)s AND f.queue_id = %(queue_id)s AND f.job_id = %(job_id)s
+ORDER BY f.rejected_at DESC, f.id DESC
+LIMIT 100
+"""
+
 
 async def read_job(call: Call[Any, Any], job_id: int) -> dict[str, Any]:
     """One job of the guarded project with its payload, as the job routes answer it."""
     return await one_or_404(call, _ONE, {"project_id": call.project_id, "job_id": job_id}, "job")
+
+
+async def count_matching(call: Call[Any, Any], params: dict[str, Any]) -> tuple[int, bool]:
+    """How many jobs match (``params`` as :func:`match_params` gives), up to the cap."""
+    cur = await call.conn.execute(_COUNT, params, prepare=False)
+    found = await cur.fetchone()
+    assert found is not None
+    return int(found["count"]), bool(found["capped"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,16 +352,37 @@ async def read_job(call: Call[Any, Any], job_id: int) -> dict[str, Any]:
 
 
 async def list_jobs(call: Call[None, JobListQuery]) -> Reply:
-    return await newest_first(call, _LIST, call.query)
+    query = call.query
+    params = match_params(query, call.project_id)
+    count, capped = await count_matching(call, params)
+    cur = await call.conn.execute(
+        _LIST,
+        {**params, "cursor": decode_id_cursor(query.cursor), "fetch": query.limit + 1},
+        prepare=False,
+    )
+    rows = [dict(r) for r in await cur.fetchall()]
+    meta = page_meta(rows, query.limit)
+    return Reply(rows, meta={**meta, "count": count, "count_capped": capped})
+
+
+async def count_jobs(call: Call[None, JobMatch]) -> list[dict[str, Any]]:
+    params = match_params(call.query, call.project_id)
+    counts = []
+    for state, statuses in TABS.items():
+        count, capped = await count_matching(
+            call, {**params, "status": list(statuses) if statuses else None}
+        )
+        counts.append({"state": state, "statuses": statuses, "count": count, "capped": capped})
+    return counts
 
 
 async def get_job(call: Call[None, None]) -> dict[str, Any]:
     job = await read_job(call, path_id(call, "job_id", "job"))
-    cur = await call.conn.execute(
-        _EXECUTIONS,
-        {"project_id": call.project_id, "queue_id": job["queue_id"], "job_id": job["id"]},
-    )
-    job["executions"] = [dict(r) for r in await cur.fetchall()]
+    keys = {"project_id": call.project_id, "queue_id": job["queue_id"], "job_id": job["id"]}
+    job["executions"] = await fetch_all(call, _EXECUTIONS, keys)
+    job["dead_letters"] = await fetch_all(call, _DEAD_LETTERS, keys)
+    job["fence_rejections"] = await fetch_all(call, _FENCE_REJECTIONS, keys)
+    job["timeline"] = job_timeline(job, job["executions"], job["dead_letters"])
     return job
 
 
@@ -192,7 +419,7 @@ ROUTES = [
         "/api/v1/jobs",
         Scope.PROJECT,
         list_jobs,
-        "List jobs, newest first, with filters and keyset pagination",
+        "List jobs, newest first, with filters, keyset pagination and a capped count",
         "jobs",
         min_role=Role.VIEWER,
         query=JobListQuery,
@@ -202,10 +429,23 @@ ROUTES = [
     ),
     Endpoint(
         "GET",
+        "/api/v1/jobs/counts",
+        Scope.PROJECT,
+        count_jobs,
+        "Count the jobs matching a filter in each state (running = claimed + running), capped",
+        "jobs",
+        min_role=Role.VIEWER,
+        query=JobMatch,
+        response=StateCount,
+        many=True,
+        errors=(422,),
+    ),
+    Endpoint(
+        "GET",
         _ONE_PATH,
         Scope.PROJECT,
         get_job,
-        "Get a job with every execution",
+        "Get a job with every execution, its dead letters, fence rejections and timeline",
         "jobs",
         min_role=Role.VIEWER,
         response=JobDetail,

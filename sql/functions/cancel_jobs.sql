@@ -1,0 +1,109 @@
+-- codity.cancel_jobs: an operator cancels many jobs at once, by id, within one project.
+--
+-- The bulk form of codity.cancel, for "cancel selected" and "cancel all matching" (the web
+-- API, codity.web.endpoints.jobs_bulk, calls it once per batch of 500 ids, each batch its
+-- own transaction, so no batch holds its locks for long). It never raises for a job it cannot cancel: each id
+-- answers an outcome instead, so one finished job does not undo a batch:
+--   cancelled  the job was unfinished and is now cancelled (a held one's execution closed,
+--              its worker told at its next heartbeat, as codity.cancel does);
+--   skipped    the job is in the project but cancel does not apply to its state now;
+--   missing    no such job in the project. Another project's job is missing too, and is
+--              never read further, locked or written: the project filter below is what
+--              keeps one tenant's bulk action out of another's jobs.
+-- Which states may be cancelled is read from codity.job_transitions, the one table of
+-- allowed transitions, on the locked row (a job that finished meanwhile is skipped).
+--
+-- One queue per locking statement (DESIGN.md, "Room to scale out"): the ids are grouped
+-- by the project's queues and each group is locked FOR UPDATE in id order, the order
+-- codity.complete_many and deregister_worker lock in, then updated with queue_id in
+-- every WHERE. Locks: the given jobs' rows. Callers: the web API, operators.
+
+CREATE OR REPLACE FUNCTION codity.cancel_jobs(
+    p_job_ids bigint[],
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (job_id bigint, outcome text, previous_status codity.job_status)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_project_id bigint := codity._project_id(p_project_id);
+    v_ids bigint[];
+    v_found bigint[] := '{}';
+    v_queue_id bigint;
+    v_locked_ids bigint[];
+    v_locked_statuses codity.job_status[];
+    v_locked_seqs integer[];
+BEGIN
+    PERFORM codity._check_clock(p_now);
+    IF p_job_ids IS NULL OR pg_catalog.cardinality(p_job_ids) > 1000 THEN
+        RAISE EXCEPTION 'give from 0 to 1000 job ids, got %', pg_catalog.cardinality(p_job_ids)
+            USING ERRCODE = 'CD010', HINT = 'Split a larger set into batches.';
+    END IF;
+    SELECT coalesce(array_agg(DISTINCT i.id ORDER BY i.id), '{}') INTO v_ids
+    FROM unnest(p_job_ids) AS i(id) WHERE i.id IS NOT NULL;
+
+    FOR v_queue_id IN
+        SELECT DISTINCT j.queue_id FROM codity.jobs j
+        JOIN codity.queues q ON q.id = j.queue_id
+        WHERE j.id = ANY(v_ids) AND q.project_id = v_project_id
+        ORDER BY j.queue_id
+    LOOP
+        SELECT coalesce(array_agg(l.id ORDER BY l.id), '{}'),
+               coalesce(array_agg(l.status ORDER BY l.id), '{}'),
+               coalesce(array_agg(l.execution_seq ORDER BY l.id), '{}')
+        INTO v_locked_ids, v_locked_statuses, v_locked_seqs
+        FROM (
+            SELECT j.id, j.status, j.execution_seq FROM codity.jobs j
+            WHERE j.queue_id = v_queue_id AND j.id = ANY(v_ids)
+            ORDER BY j.id
+            FOR UPDATE
+        ) AS l;
+        v_found := v_found || v_locked_ids;
+
+        UPDATE codity.jobs j
+        SET status = 'cancelled', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
+        FROM unnest(v_locked_ids, v_locked_statuses) AS l(id, status)
+        WHERE j.queue_id = v_queue_id AND j.id = l.id
+          AND l.status IN (SELECT t.from_status FROM codity.job_transitions t
+                           WHERE t.to_status = 'cancelled');
+
+        UPDATE codity.job_executions x
+        SET status = 'cancelled', finished_at = p_now, error = 'cancelled by an operator'
+        FROM unnest(v_locked_ids, v_locked_statuses, v_locked_seqs) AS l(id, status, seq)
+        WHERE x.queue_id = v_queue_id AND x.job_id = l.id AND x.execution_seq = l.seq
+          AND l.status IN ('claimed', 'running');
+
+        RETURN QUERY
+        SELECT l.id,
+               CASE WHEN EXISTS (SELECT 1 FROM codity.job_transitions t
+                                 WHERE t.from_status = l.status AND t.to_status = 'cancelled')
+                    THEN 'cancelled' ELSE 'skipped' END,
+               l.status
+        FROM unnest(v_locked_ids, v_locked_statuses) AS l(id, status)
+        ORDER BY l.id;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT i.id, 'missing'::text, NULL::codity.job_status
+    FROM unnest(v_ids) AS i(id)
+    WHERE i.id <> ALL(v_found)
+    ORDER BY i.id;
+END;
+$$;
+
+COMMENT ON FUNCTION codity.cancel_jobs(bigint[], bigint, timestamptz) IS
+'Cancel up to 1000 jobs of a project by id; one row per distinct id with its outcome.
+
+Outcome cancelled (it was scheduled, queued, claimed or running; a running one is told
+at its worker''s next heartbeat), skipped (its state does not allow it), or missing (no
+such job in the project: another project''s job is never touched). Raises CD002 (unknown
+project), CD010 (more than 1000 ids).
+Example: SELECT outcome, count(*) FROM codity.cancel_jobs(ARRAY[41, 42, 43], 1) GROUP BY 1;';
+
+REVOKE ALL ON FUNCTION codity.cancel_jobs(bigint[], bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.cancel_jobs(bigint[], bigint, timestamptz) TO codity_app;
