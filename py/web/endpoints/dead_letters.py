@@ -4,10 +4,20 @@ Replays go through codity.replay_dead_letter and codity.replay_dead_letters with
 guarded project (the latter locks FOR UPDATE SKIP LOCKED, so two replay-alls at once never
 replay one letter twice). Reads select from the tables, filtered by project explicitly
 on top of row-level security. A letter of another project reads exactly as a missing one.
+
+Replaying all that match is a two-step action for people: a dry run answers the exact
+count and ``up_to_id``, the highest matching id at that moment; the confirmed run passes
+``up_to_id`` back, so a letter that arrives after the confirmation is never swept in. The
+run itself goes in batches of :data:`BATCH`, each its own transaction (the tenant set as
+the guard set it), so a replay of 100,000 letters never holds 100,000 row locks at once
+and what is done stays done if the client goes away; the answer says how many were
+replayed and how many were skipped: of the ``confirmed`` count the dry run showed (or of
+those in scope when the run began), the ones another replay took first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from typing import Any
@@ -15,15 +25,24 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, Field
 
 from codity.web.access import Role, Scope
+from codity.web.bulk_slots import bulk_slot
 from codity.web.call import Call
+from codity.web.database import set_tenant, transaction
 from codity.web.endpoint import Endpoint, Reply
-from codity.web.fields import BoundedText, QueueName, Strict
+from codity.web.fields import MAX_ID, BoundedText, QueueName, Strict
 from codity.web.lookups import fetch_all, one_or_404, path_id
 from codity.web.paging import newest_first
 
-__all__ = ["ROUTES"]
+__all__ = ["BATCH", "ROUTES"]
 
 log = logging.getLogger(__name__)
+
+BATCH = 500
+"""Dead letters replayed per transaction by a replay-all."""
+
+LEGACY_LIMIT = 100
+"""A real replay-all that names neither ``limit`` nor ``up_to_id`` replays at most this many
+(as it always has): an unbounded replay must be bounded by a confirmed ``up_to_id``."""
 
 
 class DeadLetterQuery(Strict):
@@ -39,8 +58,34 @@ class DeadLetterQuery(Strict):
 class ReplayAll(Strict):
     queue: QueueName | None = None
     task: BoundedText | None = None
+    dead_after: AwareDatetime | None = None
     dead_before: AwareDatetime | None = None
-    limit: int = Field(100, ge=1, le=1000)
+    up_to_id: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_ID,
+        description="Replay only letters with an id up to this one (a dry run's up_to_id), "
+        "so letters that arrive after the confirmation are left alone.",
+    )
+    limit: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="At most this many. Omitted: every match when up_to_id is given (or in a "
+        f"dry run), else {LEGACY_LIMIT}.",
+    )
+    dry_run: bool = Field(
+        False,
+        description="Replay nothing; answer the exact count a run with the returned up_to_id "
+        "would replay.",
+    )
+    confirmed: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_ID,
+        description="The count the operator confirmed (the dry run's): letters of it that "
+        "another replay took since are answered as skipped.",
+    )
 
 
 class DeadLetterSummary(BaseModel):
@@ -68,7 +113,21 @@ class Replayed(BaseModel):
 
 
 class ReplayedAll(BaseModel):
+    """Shaped as the jobs' bulk answer (matched / affected / skipped / up_to_id / batches)."""
+
     count: int
+    """The same as ``affected`` (the name this answer had first)."""
+    matched: int
+    """Unreplayed letters in scope (id up to ``up_to_id``) when the request began."""
+    affected: int
+    """Replayed; in a dry run, how many a run with ``up_to_id`` would replay."""
+    skipped: int
+    """Of the ``confirmed`` count (else of ``matched``), those another replay took first."""
+    up_to_id: int | None
+    """The highest id in scope (None: nothing matched); pass it back to confirm a dry run."""
+    dry_run: bool
+    batches: int
+    """SQL calls made (each its own transaction); 0 in a dry run."""
     job_ids: list[int]
     dead_letter_ids: list[int]
 
@@ -78,9 +137,7 @@ SELECT d.id, d.job_id, q.name AS queue, d.task, d.priority, d.reason, d.error, d
        d.dead_at, d.replayed_at, d.replayed_job_id
 """
 
-_LIST = (
-    _COLUMNS
-    + """
+_MATCHING = """
 FROM codity.dead_letters d
 JOIN codity.queues q ON q.id = d.queue_id
 WHERE q.project_id = %(project_id)s
@@ -88,11 +145,47 @@ WHERE q.project_id = %(project_id)s
   AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
   AND (%(dead_after)s::timestamptz IS NULL OR d.dead_at > %(dead_after)s::timestamptz)
   AND (%(dead_before)s::timestamptz IS NULL OR d.dead_at < %(dead_before)s::timestamptz)
+"""
+
+_LISTED = (
+    _MATCHING
+    + """
   AND (%(replayed)s::boolean IS NULL OR (d.replayed_at IS NOT NULL) = %(replayed)s::boolean)
+"""
+)
+
+_LIST = (
+    _COLUMNS
+    + _LISTED
+    + """
   AND (%(cursor)s::bigint IS NULL OR d.id < %(cursor)s::bigint)
 ORDER BY d.id DESC
 LIMIT %(fetch)s
 """
+)
+
+# Counted only up to the cap (one more row says "at least the cap"), never the whole set.
+_CAPPED_COUNT = (
+    "SELECT count(*) AS n, codity.count_cap() AS cap FROM (SELECT 1"
+    + _LISTED
+    + " LIMIT codity.count_cap() + 1) AS capped"
+)
+
+_IN_SCOPE = (
+    _MATCHING
+    + """
+  AND d.replayed_at IS NULL
+  AND (%(up_to_id)s::bigint IS NULL OR d.id <= %(up_to_id)s::bigint)
+"""
+)
+
+# What a replay-all would take: exact, since the operator confirms that number. With a
+# limit, the count stops there; the highest id is the first row either way.
+_SCOPE = "SELECT count(*) AS n, max(d.id) AS up_to_id" + _IN_SCOPE
+_SCOPE_LIMITED = (
+    "SELECT count(*) AS n, max(s.id) AS up_to_id FROM (SELECT d.id"
+    + _IN_SCOPE
+    + " ORDER BY d.id DESC LIMIT %(limit)s) AS s"
 )
 
 _ONE = (
@@ -104,9 +197,25 @@ WHERE q.project_id = %(project_id)s AND d.id = %(id)s
 """
 )
 
+_REPLAY_BATCH = """
+SELECT dead_letter_id, job_id FROM codity.replay_dead_letters(
+    p_project_id => %(project_id)s, p_queue => %(queue)s, p_task => %(task)s,
+    p_dead_before => %(dead_before)s, p_limit => %(limit)s, p_up_to_id => %(up_to_id)s,
+    p_dead_after => %(dead_after)s)
+"""
+
 
 async def list_dead_letters(call: Call[None, DeadLetterQuery]) -> Reply:
-    return await newest_first(call, _LIST, call.query)
+    """A page newest first, and how many match in all (capped: ``count_capped`` says the
+    real number is larger)."""
+    reply = await newest_first(call, _LIST, call.query)
+    filters = call.query.model_dump(exclude={"limit", "cursor"})
+    cur = await call.conn.execute(_CAPPED_COUNT, {**filters, "project_id": call.project_id})
+    row = await cur.fetchone()
+    assert row is not None
+    capped = row["n"] > row["cap"]
+    meta = {**(reply.meta or {}), "count": min(row["n"], row["cap"]), "count_capped": capped}
+    return Reply(reply.data, meta=meta)
 
 
 async def get_dead_letter(call: Call[None, None]) -> dict[str, Any]:
@@ -133,21 +242,80 @@ async def replay_dead_letter(call: Call[None, None]) -> dict[str, Any]:
     return {"dead_letter_id": letter_id, **rows[0]}
 
 
+async def _scope(call: Call[ReplayAll, None], limit: int | None) -> tuple[int, int | None]:
+    """How many unreplayed letters match (at most ``limit``) and the highest id among them;
+    an unknown queue is 404 before anything is counted or replayed."""
+    body = call.body
+    if body.queue is not None:
+        await one_or_404(
+            call,
+            "SELECT 1 FROM codity.queues q WHERE q.project_id = %s AND q.name = %s",
+            [call.project_id, body.queue],
+            "queue",
+        )
+    params = {
+        **body.model_dump(include={"queue", "task", "dead_after", "dead_before", "up_to_id"}),
+        "project_id": call.project_id,
+        "limit": limit,
+    }
+    cur = await call.conn.execute(_SCOPE if limit is None else _SCOPE_LIMITED, params)
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"]), row["up_to_id"]
+
+
+async def _replay_batch(
+    call: Call[ReplayAll, None], params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One batch in a transaction of its own, acting for the same user and tenant as the
+    request (the guard checked both when the request began)."""
+    user_id = call.principal.user_id if call.principal else None
+    async with transaction(call.pool, user_id=user_id) as conn:
+        await set_tenant(conn, org_id=call.org_id, project_id=call.project_id)
+        cur = await conn.execute(_REPLAY_BATCH, params)
+        return [dict(r) for r in await cur.fetchall()]
+
+
 async def replay_all(call: Call[ReplayAll, None]) -> dict[str, Any]:
     body = call.body
-    rows = await fetch_all(
-        call,
-        "SELECT dead_letter_id, job_id FROM codity.replay_dead_letters(%s, %s, %s, %s, %s)",
-        [call.project_id, body.queue, body.task, body.dead_before, body.limit],
-    )
-    log.info(
-        "dead letters replayed",
-        extra={"queue": body.queue, "count": len(rows)},
-    )
+    bounded = body.up_to_id is not None or body.dry_run
+    limit = body.limit if body.limit is not None else (None if bounded else LEGACY_LIMIT)
+    matched, up_to_id = await _scope(call, limit)
+    replayed: list[dict[str, Any]] = []
+    batches = 0
+    params = {
+        **body.model_dump(include={"queue", "task", "dead_after", "dead_before"}),
+        "project_id": call.project_id,
+        "up_to_id": up_to_id,
+    }
+    left = limit
+    with contextlib.nullcontext() if body.dry_run else bulk_slot():
+        while not body.dry_run and up_to_id is not None and (left is None or left > 0):
+            size = BATCH if left is None else min(BATCH, left)
+            batch = await _replay_batch(call, {**params, "limit": size})
+            batches += 1
+            replayed += batch
+            left = None if left is None else left - len(batch)
+            if len(batch) < size:
+                break
+    affected = matched if body.dry_run else len(replayed)
+    expected = matched if body.confirmed is None else body.confirmed
+    skipped = 0 if body.dry_run else max(0, expected - len(replayed))
+    if not body.dry_run:
+        log.info(
+            "dead letters replayed",
+            extra={"queue": body.queue, "count": affected, "skipped": skipped},
+        )
     return {
-        "count": len(rows),
-        "job_ids": [r["job_id"] for r in rows],
-        "dead_letter_ids": [r["dead_letter_id"] for r in rows],
+        "count": affected,
+        "matched": matched,
+        "affected": affected,
+        "skipped": skipped,
+        "up_to_id": up_to_id,
+        "dry_run": body.dry_run,
+        "batches": batches,
+        "job_ids": [r["job_id"] for r in replayed],
+        "dead_letter_ids": [r["dead_letter_id"] for r in replayed],
     }
 
 
@@ -159,7 +327,7 @@ ROUTES = [
         "/api/v1/dead-letters",
         Scope.PROJECT,
         list_dead_letters,
-        "List dead letters, newest first, with filters and keyset pagination",
+        "List dead letters, newest first, with filters, a capped count and keyset pagination",
         "dead-letters",
         min_role=Role.VIEWER,
         query=DeadLetterQuery,
@@ -194,12 +362,13 @@ ROUTES = [
         "/api/v1/dead-letters/replay",
         Scope.PROJECT,
         replay_all,
-        "Replay every unreplayed dead letter matching a filter (at most limit)",
+        "Replay every unreplayed dead letter matching a filter, in batches"
+        " (dry_run first: the exact count and up_to_id to confirm)",
         "dead-letters",
         min_role=Role.ADMIN,
         body=ReplayAll,
         response=ReplayedAll,
-        errors=(404,),
+        errors=(404, 422, 429),
         example={"queue": "emails", "limit": 500},
     ),
 ]

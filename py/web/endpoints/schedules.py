@@ -6,6 +6,12 @@ pause_schedule / resume_schedule and run_schedule_now with the guarded project; 
 select from the tables under row-level security and filter by project as well. Every
 "no such schedule" -- missing, or another tenant's of the same name -- leaves as the same
 ``not_found("schedule")``, whether the handler or a SQL function (CD006) noticed it.
+
+Every schedule read carries ``description``, the cron expression in plain words
+("At 02:00, every day"; ``codity.web.cron_words``: never raises, the expression itself at
+worst; the time zone is its own field), and the state of the job it last enqueued, so a page
+shows "last run: job 123, completed". ``GET .../{name}/jobs`` lists the newest jobs a
+schedule enqueued (the jobs list has no schedule filter).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
+from codity.web.cron_words import describe_cron
 from codity.web.endpoint import Endpoint, Reply
 from codity.web.endpoints.queues import PauseResult
 from codity.web.errors import ApiError, not_found
@@ -83,6 +90,10 @@ class Schedule(BaseModel):
     next_run_at: dt.datetime
     last_run_at: dt.datetime | None
     last_job_id: int | None
+    last_job_status: str | None
+    """The state of that job now (None: never run, or the job was deleted)."""
+    description: str
+    """The cron expression in plain words, in the schedule's time zone: "At 02:00, every day"."""
     created_at: dt.datetime
     updated_at: dt.datetime
 
@@ -90,6 +101,21 @@ class Schedule(BaseModel):
 class RunNowResult(BaseModel):
     job_id: int
     schedule: str
+
+
+class RecentJobsQuery(Strict):
+    limit: int = Field(10, ge=1, le=100)
+
+
+class ScheduleJob(BaseModel):
+    id: int
+    queue: str
+    task: str
+    status: str
+    run_at: dt.datetime
+    attempt: int
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
 
 
 class NextRun(BaseModel):
@@ -107,10 +133,16 @@ class NextRuns(BaseModel):
 
 _SELECT = """
 SELECT s.id, s.name, q.name AS queue, s.cron, s.time_zone, s.task, s.payload, s.priority,
-       s.is_paused, s.next_run_at, s.last_run_at, s.last_job_id, s.created_at, s.updated_at
+       s.is_paused, s.next_run_at, s.last_run_at, s.last_job_id, j.status::text AS last_job_status,
+       s.created_at, s.updated_at
 FROM codity.scheduled_jobs s
 JOIN codity.queues q ON q.id = s.queue_id AND q.project_id = s.project_id
+LEFT JOIN codity.jobs j ON j.id = s.last_job_id
 """
+
+
+def _described(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "description": describe_cron(row["cron"])}
 
 
 def _path_name(call: Call[Any, Any]) -> str:
@@ -132,7 +164,7 @@ async def _execute(
 
 async def _one(call: Call[Any, Any], name: str) -> dict[str, Any]:
     query = _SELECT + " WHERE s.project_id = %s AND s.name = %s"
-    return await one_or_404(call, query, [call.project_id, name], "schedule")
+    return _described(await one_or_404(call, query, [call.project_id, name], "schedule"))
 
 
 async def list_schedules(call: Call[None, ListQuery]) -> Reply:
@@ -145,7 +177,7 @@ async def list_schedules(call: Call[None, ListQuery]) -> Reply:
         + " ORDER BY s.name LIMIT %(limit)s",
         {"project_id": call.project_id, "after": after, "limit": call.query.limit + 1},
     )
-    rows = [dict(r) for r in await cur.fetchall()]
+    rows = [_described(dict(r)) for r in await cur.fetchall()]
     meta = page_meta(rows, call.query.limit, key="name", encode=encode_text_cursor)
     return Reply(rows, meta=meta)
 
@@ -249,6 +281,30 @@ async def next_runs(call: Call[None, NextRunsQuery]) -> dict[str, Any]:
         "time_zone": schedule["time_zone"],
         "runs": runs,
     }
+
+
+# Newest first by id through the schedule's jobs (jobs_schedule_idx); both joins keep the
+# project explicit on top of row-level security.
+_RECENT_JOBS = """
+SELECT j.id, q.name AS queue, j.task, j.status::text AS status, j.run_at, j.attempt,
+       j.created_at, j.finished_at
+FROM codity.jobs j
+JOIN codity.queues q ON q.id = j.queue_id AND q.project_id = %(project_id)s
+WHERE j.schedule_id = %(schedule_id)s
+ORDER BY j.id DESC
+LIMIT %(limit)s
+"""
+
+
+async def recent_jobs(call: Call[None, RecentJobsQuery]) -> list[dict[str, Any]]:
+    """The newest jobs the schedule enqueued (on its timetable or run now); a job deleted
+    since is simply not there."""
+    schedule = await _one(call, _path_name(call))
+    return await _execute(
+        call,
+        _RECENT_JOBS,
+        {"schedule_id": schedule["id"], "project_id": call.project_id, "limit": call.query.limit},
+    )
 
 
 _ALL = "/api/v1/schedules"
@@ -370,6 +426,19 @@ ROUTES = [
         min_role=Role.VIEWER,
         query=NextRunsQuery,
         response=NextRuns,
+        errors=(404, 422),
+    ),
+    Endpoint(
+        "GET",
+        _ONE + "/jobs",
+        Scope.PROJECT,
+        recent_jobs,
+        "The newest jobs a schedule enqueued",
+        _TAG,
+        min_role=Role.VIEWER,
+        query=RecentJobsQuery,
+        response=ScheduleJob,
+        many=True,
         errors=(404, 422),
     ),
 ]
