@@ -53,6 +53,7 @@ class Side:
     extra_project: int
     spare_user: int
     spare_key: int
+    worker: int
 
 
 def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
@@ -92,7 +93,7 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
         "SELECT id FROM codity.api_keys WHERE prefix = %s AND project_id = %s",
         [spare_key_value[:12], p],
     )
-    return Side(tenant, users, keys, queued, job, dead_letter, extra, spare_user, spare_key)
+    return Side(tenant, users, keys, queued, job, dead_letter, extra, spare_user, spare_key, worker)
 
 
 def _two_sides(conn: psycopg.Connection) -> tuple[Side, Side]:
@@ -166,6 +167,7 @@ def _value(entry: Endpoint, param: str, side: Side) -> Any:
         "project_id": side.extra_project,
         "user_id": side.spare_user,
         "key_id": side.spare_key,
+        "worker_id": side.worker,
     }[param]
 
 

@@ -1,12 +1,16 @@
-"""Queues: create, read, update, delete, pause, resume, stats. Admins manage; viewers read.
+"""Queues: create, read, update, delete, pause, resume, stats, history. Admins manage;
+viewers read.
 
 Writes go through codity.create_queue / delete_queue / pause_queue / resume_queue with the
-guarded project; reads select from the tables, under row-level security.
+guarded project; reads select from the tables, under row-level security. Counts come from
+codity.queue_depths, capped at codity.count_cap(), never from counting every job row;
+history comes from the per-minute rollup (codity.queue_minutes).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -18,7 +22,7 @@ from codity.web.errors import ApiError
 from codity.web.fields import QueueName, Strict
 from codity.web.lookups import one_or_404
 
-__all__ = ["ROUTES", "STATE_COUNTS", "PauseResult"]
+__all__ = ["COUNTED", "DEPTHS", "ROUTES", "PauseResult", "capped_states"]
 
 
 class QueuePolicy(Strict):
@@ -76,6 +80,9 @@ class QueueStats(BaseModel):
     dead_letter: int
     cancelled: int
     oldest_claimable_age_seconds: float | None
+    capped: list[str]
+    """The states whose count reached ``count_cap``: read those as "at least"."""
+    count_cap: int
 
 
 class PauseResult(BaseModel):
@@ -162,37 +169,100 @@ async def resume_queue(call: Call[None, None]) -> dict[str, Any]:
     return await _pause(call, "resume_queue", False)
 
 
-STATE_COUNTS = """
-       count(j.id) FILTER (WHERE j.status = 'queued' AND j.run_at <= now()) AS claimable,
-       count(j.id) FILTER (WHERE j.status = 'scheduled'
-                           OR (j.status = 'queued' AND j.run_at > now())) AS scheduled,
-       count(j.id) FILTER (WHERE j.status IN ('claimed', 'running')) AS running,
-       count(j.id) FILTER (WHERE j.status = 'completed') AS completed,
-       count(j.id) FILTER (WHERE j.status = 'failed') AS failed,
-       count(j.id) FILTER (WHERE j.status = 'dead_letter') AS dead_letter,
-       count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled"""
-"""Select-list items counting the jobs ``j`` by the states an operator acts on: claimable
-(queued and due), scheduled (or queued for later), running (claimed or running), then the
-terminal ones. The overview counts with the same rule, so its numbers match these."""
+COUNTED = ("claimable", "scheduled", "running", "completed", "failed", "dead_letter", "cancelled")
+"""The states an operator acts on, in the order pages show them: claimable (queued and due),
+scheduled (or queued for later), running (claimed or running), then the terminal ones."""
 
-_STATS = (
-    """
-SELECT q.name, q.is_paused,"""
-    + STATE_COUNTS
-    + """,
-       extract(epoch FROM now() - min(j.run_at)
-               FILTER (WHERE j.status = 'queued' AND j.run_at <= now()))::float8
-           AS oldest_claimable_age_seconds
-FROM codity.queues q
-LEFT JOIN codity.jobs j ON j.queue_id = q.id
-WHERE q.project_id = %s AND q.name = %s
-GROUP BY q.id
+DEPTHS = """
+SELECT d.queue_id, d.queue, d.is_paused, d.claimable, d.scheduled, d.running, d.completed,
+       d.failed, d.dead_letter, d.cancelled,
+       extract(epoch FROM now() - d.oldest_claimable_at)::float8 AS oldest_claimable_seconds,
+       codity.count_cap() AS count_cap
+FROM codity.queue_depths(%(project_id)s) d
 """
-)
+"""Each queue of the project with its counts per state, each capped at
+``codity.count_cap()`` (see sql/functions/queue_depths.sql: one index range per state that
+stops at the cap, so a million jobs cost what ten thousand do). The overview reads the same
+rows, so its numbers match the stats."""
+
+
+def capped_states(row: Mapping[str, Any]) -> list[str]:
+    """The states of a ``DEPTHS`` row whose count reached the cap: "at least that many"."""
+    return [state for state in COUNTED if row[state] >= row["count_cap"]]
 
 
 async def queue_stats(call: Call[None, None]) -> dict[str, Any]:
-    return await one_or_404(call, _STATS, [call.project_id, call.path["name"]], "queue")
+    params = {"project_id": call.project_id, "name": call.path["name"]}
+    row = await one_or_404(call, DEPTHS + " WHERE d.queue = %(name)s", params, "queue")
+    return {
+        **row,
+        "name": row["queue"],
+        "oldest_claimable_age_seconds": row["oldest_claimable_seconds"],
+        "capped": capped_states(row),
+    }
+
+
+class HistoryQuery(Strict):
+    minutes: int = Field(60, ge=5, le=1440)
+
+
+class MinutePoint(BaseModel):
+    minute: dt.datetime
+    completed: int
+    failed: int
+    dead_lettered: int
+    claimable: int
+    scheduled: int
+    running: int
+    rolled: bool
+    """False: the minute is not rolled up yet (at or after ``rolled_until``); its zeros
+    mean "not counted yet", not "nothing happened"."""
+
+
+class QueueHistory(BaseModel):
+    name: str
+    minutes: int
+    rolled_until: dt.datetime | None
+    count_cap: int
+    points: list[MinutePoint]
+
+
+_HISTORY_QUEUE = """
+SELECT q.id, q.name, s.rolled_until, codity.count_cap() AS count_cap
+FROM codity.queues q CROSS JOIN codity.rollup_state s
+WHERE q.project_id = %(project_id)s AND q.name = %(name)s
+"""
+
+_HISTORY = """
+SELECT g.minute,
+       coalesce(m.completed, 0) AS completed, coalesce(m.failed, 0) AS failed,
+       coalesce(m.dead_lettered, 0) AS dead_lettered, coalesce(m.claimable, 0) AS claimable,
+       coalesce(m.scheduled, 0) AS scheduled, coalesce(m.running, 0) AS running,
+       coalesce(g.minute < %(rolled_until)s, false) AS rolled
+FROM pg_catalog.generate_series(
+         date_trunc('minute', now()) - pg_catalog.make_interval(mins => %(minutes)s),
+         date_trunc('minute', now()) - interval '1 minute',
+         interval '1 minute') AS g (minute)
+LEFT JOIN codity.queue_minutes m ON m.queue_id = %(queue_id)s AND m.minute = g.minute
+ORDER BY g.minute
+"""
+
+
+async def queue_history(call: Call[None, HistoryQuery]) -> dict[str, Any]:
+    """The queue's last ``minutes`` closed minutes, oldest first, one point each, from the
+    rollup (codity.queue_minutes): executions completed and failed and jobs dead-lettered in
+    the minute, and the depth sampled when it was rolled up. A minute without a row had
+    nothing to count (roll_up writes only what is not zero); a minute at or after
+    ``rolled_until`` is not rolled up yet and says so (``rolled``: false)."""
+    params = {"project_id": call.project_id, "name": call.path["name"]}
+    queue = await one_or_404(call, _HISTORY_QUEUE, params, "queue")
+    minutes = call.query.minutes
+    cur = await call.conn.execute(
+        _HISTORY,
+        {"queue_id": queue["id"], "minutes": minutes, "rolled_until": queue["rolled_until"]},
+    )
+    points = [dict(r) for r in await cur.fetchall()]
+    return {**queue, "minutes": minutes, "points": points}
 
 
 _ONE = "/api/v1/queues/{name}"
@@ -286,10 +356,22 @@ ROUTES = [
         _ONE + "/stats",
         Scope.PROJECT,
         queue_stats,
-        "A queue's job counts",
+        "A queue's job counts per state, each capped at count_cap",
         "queues",
         min_role=Role.VIEWER,
         response=QueueStats,
         errors=(404,),
+    ),
+    Endpoint(
+        "GET",
+        _ONE + "/history",
+        Scope.PROJECT,
+        queue_history,
+        "A queue's per-minute throughput and depth over the last minutes (5 to 1440)",
+        "queues",
+        min_role=Role.VIEWER,
+        query=HistoryQuery,
+        response=QueueHistory,
+        errors=(404, 422),
     ),
 ]
