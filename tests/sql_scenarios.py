@@ -209,7 +209,22 @@ _APP = (
         lambda env: {"job": env["dead_jobs"][1]},
     ),
     Call(
+        "retry_jobs",
+        "SELECT * FROM codity.retry_jobs(ARRAY[%(job)s, %(other)s]::bigint[]{now})",
+        lambda env: {"job": env["dead_jobs"][2], "other": env["dead_jobs"][1]},
+    ),
+    Call(
         "replay_dead_letters", "SELECT * FROM codity.replay_dead_letters(p_queue => 'reports'{now})"
+    ),
+    Call(
+        "enqueue",
+        "SELECT * FROM codity.enqueue('webhooks', 'hooks.bulk'{now})",
+        save="to_bulk_cancel",
+    ),
+    Call(
+        "cancel_jobs",
+        "SELECT * FROM codity.cancel_jobs(ARRAY[%(job)s, %(dead)s]::bigint[]{now})",
+        lambda env: {"job": env["to_bulk_cancel"][0]["job_id"], "dead": env["dead_jobs"][0]},
     ),
     Call("sweep_workers", "SELECT * FROM codity.sweep_workers({now_only})"),
     Call("reap", "SELECT * FROM codity.reap({now_only})"),

@@ -111,6 +111,7 @@ CATALOGUE_QUERIES = {
 REVIEWED_SECURITY_DEFINER = {
     "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
+    "codity.cancel_jobs(bigint[],bigint,timestamp with time zone)",
     "codity.claim(bigint,text,integer,boolean,timestamp with time zone)",
     "codity.worker_queues(bigint)",
     "codity.get_job(bigint,bigint)",
@@ -145,13 +146,14 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.release(bigint,integer,timestamp with time zone)",
     "codity.replay_dead_letter(bigint,bigint,timestamp with time zone)",
     "codity.replay_dead_letters(bigint,text,text,timestamp with time zone,integer,"
-    "timestamp with time zone)",
+    "timestamp with time zone,bigint,timestamp with time zone)",
     "codity.resume_all(bigint,timestamp with time zone)",
     "codity.resume_queue(text,bigint,timestamp with time zone)",
     "codity.resume_schedule(text,bigint,timestamp with time zone)",
     "codity.run_schedule_now(text,bigint,timestamp with time zone)",
     "codity.schedule_next_runs(text,integer,bigint,timestamp with time zone)",
     "codity.retry_job(bigint,bigint,timestamp with time zone)",
+    "codity.retry_jobs(bigint[],bigint,timestamp with time zone)",
     "codity.start(bigint,integer,timestamp with time zone)",
     "codity.start_many(bigint[],integer[],timestamp with time zone)",
     "codity.sweep_workers(timestamp with time zone,interval)",
