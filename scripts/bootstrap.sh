@@ -27,7 +27,7 @@ fi
 # sql/: the install is a strict editable one (a tree of links to the sources, which mypy and
 # editors read like any installed package), so a new module needs a new link.
 want="$( (cat "$root/pyproject.toml" "$root/setup.py"
-          cd "$root" && find py sql -type f \( -name '*.py' -o -name '*.sql' -o -name '*.js' -o -name 'py.typed' \) \
+          cd "$root" && find py sql -type f \( -name '*.py' -o -name '*.sql' -o -name '*.js' -o -name '*.html' -o -name '*.css' -o -name '*.svg' -o -name 'py.typed' \) \
               -not -path '*/__pycache__/*' | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ]; then
     echo "codity: creating $venv" >&2
