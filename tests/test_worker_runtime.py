@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -173,9 +174,10 @@ def test_idle_worker_picks_up_new_job(db_url: str, conn: psycopg.Connection, lis
         runner = asyncio.create_task(worker.run(stop))
         await asyncio.sleep(0.5)  # idle, listening
         conn.execute("SELECT codity.enqueue('work', 'ping')")
-        for _ in range(200):
-            if done:
-                break
+        # Pickup, not its latency (tests/test_worker_faults.py and the bench measure that):
+        # a loaded machine may take seconds to schedule a freshly started worker.
+        deadline = time.monotonic() + 15
+        while not done and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         stop.set()
         await runner
