@@ -21,8 +21,10 @@ import httpx2 as httpx
 import psycopg
 import pytest
 from playwright.sync_api import Browser, expect
+from psycopg.types.json import Jsonb
 
 from codity.web.dashboard.session import SESSION_COOKIE
+from codity.web.passwords import hash_password
 from tests.browser import DEAD_AFTER_S, LiveSystem, Watched, launch_chromium, live_system
 from tests.conftest import cloned
 from tests.processes import wait_until
@@ -94,27 +96,253 @@ def one_or_none(conn: psycopg.Connection[Any], query: str, params: Any) -> Any:
     return None if found is None else found[0]
 
 
-def test_a_sigkilled_worker_turns_red_without_a_reload(
+def test_a_sigkilled_worker_turns_red_and_its_job_returns_refunded(
     operator: Watched, system: LiveSystem
 ) -> None:
-    doomed = system.start_worker("reports", name="doomed")
+    """A worker on a queue of its own holds a 60 s job when it is SIGKILLed: its row turns
+    red within the dead-worker threshold + 2 s without a reload, its uptime stops, and its
+    page shows the job back in the queue with the attempt refunded."""
     with psycopg.connect(system.db_url, autocommit=True) as conn:
+        conn.execute("SELECT * FROM codity.create_queue('doomed')")
+        job_id = one_or_none(
+            conn,
+            "SELECT job_id FROM codity.enqueue('doomed', 'reports.generate', %s)",
+            [Jsonb({"duration_s": 60})],
+        )
+        doomed = system.start_worker("doomed", name="doomed")
         worker_id = wait_until(
-            lambda: one_or_none(conn, "SELECT id FROM codity.workers WHERE pid = %s", [doomed.pid]),
+            lambda: one_or_none(
+                conn,
+                "SELECT worker_id FROM codity.jobs WHERE id = %s AND status = 'running'",
+                [job_id],
+            ),
             timeout=30,
-            what="the worker registering",
+            what="the doomed worker running its job",
             alive=[doomed],
         )
     page = operator.page
     operator.goto("/workers")
     row = page.locator(f"#worker-{worker_id}")
-    expect(row).to_have_attribute("data-liveness", "alive", timeout=30_000)
+    expect(row).to_have_attribute("data-liveness", "alive", timeout=10_000)
+    time.sleep(2)  # a few heartbeats, so the uptime that freezes is not zero
     doomed.send(signal.SIGKILL)
     killed = time.monotonic()
-    expect(row).not_to_have_attribute("data-liveness", "alive", timeout=(DEAD_AFTER_S + 2) * 1000)
+    expect(row).to_have_attribute("data-liveness", "dead", timeout=(DEAD_AFTER_S + 2) * 1000)
     assert time.monotonic() - killed <= DEAD_AFTER_S + 2 + 0.5
     uptime = row.locator("td.uptime").inner_text()
+    assert uptime.endswith(" s") and float(uptime.split()[0]) >= 1, uptime
     time.sleep(2.5)
     assert row.locator("td.uptime").inner_text() == uptime, "a dead worker's uptime stops"
     operator.assert_clean()
     operator.screenshot("workers")
+
+    operator.goto(f"/workers/{worker_id}")
+    returned = page.locator("section[aria-labelledby=returned-h] tbody tr", has_text=str(job_id))
+    expect(returned).to_contain_text("(refunded)", timeout=10_000)
+    expect(returned).to_contain_text("queued")
+    with psycopg.connect(system.db_url) as conn:
+        status, attempt = conn.execute(
+            "SELECT status::text, attempt FROM codity.jobs WHERE id = %s", [job_id]
+        ).fetchone() or ("", -1)
+    assert (status, attempt) == ("queued", 0), "back in the queue, the attempt refunded"
+    operator.assert_clean()
+    operator.screenshot("worker")
+
+
+@pytest.fixture
+def viewer(browser: Browser, system: LiveSystem) -> Iterator[Watched]:
+    """A viewer of the demo org, signed in through the sign-in page."""
+    email = f"viewer-{time.monotonic_ns()}@codity.test"
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        conn.execute(
+            "WITH u AS (INSERT INTO codity.users (email, password_hash) VALUES (%s, %s)"
+            " RETURNING id)"
+            " INSERT INTO codity.memberships (org_id, user_id, role)"
+            " SELECT p.org_id, u.id, 'viewer' FROM codity.projects p, u WHERE p.is_default",
+            [email, hash_password(VIEWER_PASSWORD)],
+        )
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    watched = Watched.open(context, system.url)
+    watched.sign_in(email, VIEWER_PASSWORD)
+    try:
+        yield watched
+    finally:
+        context.close()
+
+
+VIEWER_PASSWORD = "viewer-password-for-the-browser"
+# Screens with actions for members or admins, and what a viewer must not be offered there.
+_VIEWER_SCREENS = ("/", "/queues/emails", "/jobs", "/dead-letters", "/schedules", "/settings")
+
+
+def test_a_viewer_sees_no_action_control_and_a_forged_post_is_refused(
+    viewer: Watched, system: LiveSystem
+) -> None:
+    page = viewer.page
+    for path in _VIEWER_SCREENS:
+        viewer.goto(path)
+        expect(page.locator("main")).to_be_visible()
+        actions = page.locator("main form[method=post] button, main form[method=POST] button")
+        assert actions.count() == 0, f"{path} offers a viewer {actions.all_inner_texts()}"
+        viewer.assert_clean()
+    with psycopg.connect(system.db_url) as conn:
+        before = one_or_none(conn, "SELECT is_paused FROM codity.queues WHERE name = 'emails'", [])
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+    forged = page.request.post(
+        f"{system.url}/queues/emails/pause",
+        headers={"Origin": system.url},
+        form={"csrf": csrf or ""},
+        max_redirects=0,
+    )
+    assert forged.status == 403
+    with psycopg.connect(system.db_url) as conn:
+        after = one_or_none(conn, "SELECT is_paused FROM codity.queues WHERE name = 'emails'", [])
+    assert (before, after) == (False, False)
+
+
+def test_a_job_enqueued_through_the_api_appears_without_a_reload(
+    operator: Watched, system: LiveSystem
+) -> None:
+    page = operator.page
+    operator.goto("/jobs?queue=emails")
+    expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
+    answer = system.api(
+        "POST",
+        "/api/v1/jobs",
+        system.api_token(),
+        json={"queue": "emails", "task": "emails.send", "payload": {"to": "live@example.com"}},
+    )
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["data"]["id"]
+    expect(page.locator(f"#job-{job_id}")).to_be_visible(timeout=5_000)
+    assert page.url.endswith("/jobs?queue=emails"), "no navigation: the list re-rendered itself"
+    expect(page.locator(f"#job-{job_id}")).to_have_attribute("data-status", "completed")
+    operator.assert_clean()
+    operator.screenshot("jobs")
+    page.locator(f"#job-{job_id} a").first.click()
+    expect(page.locator("#job-facts")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#job-payload")).to_contain_text("live@example.com")
+    operator.assert_clean()
+    operator.screenshot("job")
+
+
+def _dead_letters(conn: psycopg.Connection[Any], queue: str, count: int) -> list[tuple[int, int]]:
+    """``count`` jobs of ``queue`` (one attempt allowed) failed once, so dead-lettered, as a
+    worker would leave them; returns (job id, dead letter id) pairs."""
+    conn.execute("SELECT * FROM codity.create_queue(%s, p_max_attempts => 1)", [queue])
+    worker = one_or_none(
+        conn, "SELECT codity.register_worker('setup', ARRAY[%s], p_heartbeat_seconds => 1)", [queue]
+    )
+    made = []
+    for i in range(count):
+        conn.execute(
+            "SELECT * FROM codity.enqueue(%s, 'emails.send', %s)",
+            [queue, Jsonb({"to": f"dead-{i}@example.com"})],
+        )
+        job, fence = conn.execute(
+            "SELECT job_id, fence FROM codity.claim(%s, %s, 1)", [worker, queue]
+        ).fetchone() or (0, 0)
+        conn.execute("SELECT * FROM codity.start(%s, %s)", [job, fence])
+        conn.execute("SELECT * FROM codity.fail(%s, %s, 'SMTP 554: rejected')", [job, fence])
+        letter = one_or_none(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [job])
+        made.append((job, letter))
+    conn.execute("SELECT codity.deregister_worker(%s)", [worker])
+    return made
+
+
+def test_replaying_a_dead_letter_from_the_ui_ends_with_the_job_completed(
+    operator: Watched, system: LiveSystem
+) -> None:
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        ((job, letter),) = _dead_letters(conn, "replays", 1)
+    system.start_worker("replays", name="replays")
+    page = operator.page
+    operator.goto("/dead-letters?queue=replays")
+    row = page.locator(f"#dead-letter-{letter}")
+    expect(row).to_have_attribute("data-replayed", "false")
+    operator.screenshot("dead-letters")
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name=f"Replay dead letter {letter}").click()
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        wait_until(
+            lambda: (
+                one_or_none(conn, "SELECT status::text FROM codity.jobs WHERE id = %s", [job])
+                == "completed"
+            ),
+            timeout=30,
+            what="the replayed job completing",
+        )
+        replayed = one_or_none(
+            conn, "SELECT replayed_job_id FROM codity.dead_letters WHERE id = %s", [letter]
+        )
+    assert replayed == job
+    operator.goto(f"/dead-letters/{letter}")
+    expect(page.locator(f"#dead-letter-{letter}")).to_have_attribute("data-replayed", "true")
+    operator.assert_clean()
+    operator.screenshot("dead-letter")
+
+
+def test_retry_all_matching_states_its_count_and_does_exactly_that_many(
+    operator: Watched, system: LiveSystem
+) -> None:
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        made = _dead_letters(conn, "bulk", 4)
+    page = operator.page
+    operator.goto("/jobs?queue=bulk&state=dead_letter")
+    retry_all = page.locator("#retry-all")
+    expect(retry_all).to_contain_text("4")
+    retry_all.click()
+    scope = page.locator("#bulk-scope")
+    expect(scope).to_have_attribute("data-count", "4")
+    expect(scope).to_contain_text("Retry 4")
+    operator.assert_clean()
+    operator.screenshot("jobs-confirm")
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        # Dead-lettered after the confirmation was shown: outside what it stated.
+        ((late, _),) = _dead_letters_more(conn, "bulk")
+    page.locator("#bulk-confirm button[type=submit]").click()
+    expect(page.locator("#jobs-flash")).to_contain_text("4")
+    with psycopg.connect(system.db_url) as conn:
+        statuses: dict[int, str] = dict(
+            conn.execute(
+                "SELECT j.id, j.status::text FROM codity.jobs j"
+                " JOIN codity.queues q ON q.id = j.queue_id WHERE q.name = 'bulk'"
+            ).fetchall()
+        )
+    assert {statuses[job] for job, _ in made} == {"queued"}
+    assert statuses[late] == "dead_letter", "a job dead-lettered after the count is left alone"
+    operator.assert_clean()
+
+
+def _dead_letters_more(conn: psycopg.Connection[Any], queue: str) -> list[tuple[int, int]]:
+    """One more dead letter in an existing queue (see ``_dead_letters``)."""
+    worker = one_or_none(
+        conn, "SELECT codity.register_worker('late', ARRAY[%s], p_heartbeat_seconds => 1)", [queue]
+    )
+    conn.execute("SELECT * FROM codity.enqueue(%s, 'emails.send', '{}')", [queue])
+    job, fence = conn.execute(
+        "SELECT job_id, fence FROM codity.claim(%s, %s, 1)", [worker, queue]
+    ).fetchone() or (0, 0)
+    conn.execute("SELECT * FROM codity.start(%s, %s)", [job, fence])
+    conn.execute("SELECT * FROM codity.fail(%s, %s, 'late')", [job, fence])
+    conn.execute("SELECT codity.deregister_worker(%s)", [worker])
+    letter = one_or_none(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [job])
+    return [(job, letter)]
+
+
+# Every screen, saved for the docs (the ones the tests above visit are saved there).
+_SCREENS = {
+    "queues": "/queues",
+    "queue": "/queues/emails",
+    "schedules": "/schedules",
+    "schedule": "/schedules/reports-every-minute",
+    "settings": "/settings",
+}
+
+
+def test_every_screen_renders_under_the_csp_without_an_error(operator: Watched) -> None:
+    for name, path in _SCREENS.items():
+        operator.goto(path)
+        expect(operator.page.locator("main h1")).to_be_visible()
+        operator.assert_clean()
+        operator.screenshot(name)
