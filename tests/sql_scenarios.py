@@ -169,6 +169,10 @@ _READ = (
     ),
     Call("cron_validate", "SELECT codity.cron_validate('0 2 * * *', 'Asia/Kolkata')"),
     Call("count_cap", "SELECT codity.count_cap()"),
+    Call(
+        "jobs_with_payload",
+        'SELECT * FROM codity.jobs_with_payload(\'{"to": "a@example.com"}\'::pg_catalog.jsonb)',
+    ),
     Call("queue_depths", "SELECT * FROM codity.queue_depths(NULL, 100{now})"),
 )
 

@@ -131,6 +131,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.enqueue_many(text,jsonb,bigint,timestamp with time zone)",
     "codity.fail(bigint,integer,text,boolean,timestamp with time zone)",
     "codity.heartbeat(bigint,bigint[],integer[],timestamp with time zone)",
+    "codity.jobs_with_payload(jsonb,bigint,integer)",
     "codity.materialize_cron(timestamp with time zone,integer)",
     "codity.pause_queue(text,bigint,timestamp with time zone)",
     "codity.pause_schedule(text,bigint,timestamp with time zone)",

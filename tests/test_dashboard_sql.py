@@ -12,8 +12,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
-from tests.sqlapi import NO_BACKOFF, Conn, create_queue, one, row
+from tests.sqlapi import NO_BACKOFF, Conn, create_queue, make_project, one, row
 
 DEPTHS = (
     "SELECT claimable, scheduled, running, completed, failed, dead_letter, cancelled,"
@@ -145,3 +146,31 @@ def test_of_two_callers_one_rolls_up_and_the_other_does_not_wait(db_url: str) ->
         assert one(first, "SELECT rolled_until FROM codity.rollup_state") == one(
             first, "SELECT date_trunc('minute', now() - interval '15 seconds')"
         )
+
+
+def test_payload_ids_stay_in_the_project_and_in_the_transactions_tenant(tx: Conn) -> None:
+    """codity.jobs_with_payload runs as the owner (so the GIN index serves it): the project
+    filter is its own, and a transaction acting for one project never sees another's."""
+    _, project_a = make_project(tx, "payload-a")
+    _, project_b = make_project(tx, "payload-b")
+    ids = {}
+    for project in (project_a, project_b):
+        tx.execute("SELECT * FROM codity.create_queue('emails', %s)", [project])
+        ids[project] = [
+            one(
+                tx,
+                "SELECT job_id FROM codity.enqueue('emails', 't', %s, p_project_id => %s)",
+                [Jsonb(payload), project],
+            )
+            for payload in ({"customer": {"id": 42}, "x": 1}, {"customer": {"id": 7}})
+        ]
+    wanted = Jsonb({"customer": {"id": 42}})
+    found = "SELECT array_agg(id) FROM codity.jobs_with_payload(%s, %s) AS id"
+    tx.execute("SET LOCAL ROLE codity_app")
+    assert one(tx, found, [wanted, project_a]) == [ids[project_a][0]]
+    tx.execute("SELECT set_config('codity.project_id', %s, true)", [str(project_a)])
+    assert one(tx, found, [wanted, project_b]) is None, "another project than the tenant's"
+    assert one(tx, found, [wanted, project_a]) == [ids[project_a][0]]
+    with pytest.raises(psycopg.Error) as refused, tx.transaction():
+        tx.execute("SELECT * FROM codity.jobs_with_payload('[1]'::jsonb, %s)", [project_a])
+    assert refused.value.sqlstate == "CD010"

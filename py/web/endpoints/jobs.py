@@ -11,7 +11,9 @@ A list at a million jobs: the project's queues are walked one by one (a LATERAL 
 queue), each in id order through ``(queue_id, status, id)`` or ``(queue_id, id DESC)``,
 and merged newest first, so a page reads about one page of index entries per queue and
 never sorts the table. Payload filters are jsonb containment (``payload @> ...``), which
-the GIN index ``jobs_payload_idx`` answers. Counts stop at ``codity.count_cap()`` (a
+the GIN index ``jobs_payload_idx`` answers through ``codity.jobs_with_payload`` (under
+row-level security ``@>`` could never use it; the ids it returns are an index condition,
+the newest 100,000 matches at most). Counts stop at ``codity.count_cap()`` (a
 ``LIMIT`` in a subquery), so no read here counts an unbounded set. The filter queries run
 unprepared: each is planned for the values given (an unused filter folds away, and a
 payload filter can choose its index), never with a generic plan that fits none of them.
@@ -172,7 +174,8 @@ JOB_MATCH = """
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
   AND (%(worker_id)s::bigint IS NULL OR j.worker_id = %(worker_id)s::bigint)
-  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+  AND (%(payload)s::jsonb IS NULL OR j.id = ANY(ARRAY(
+       SELECT codity.jobs_with_payload(%(payload)s::jsonb, %(project_id)s))))
   AND (%(created_after)s::timestamptz IS NULL OR j.created_at > %(created_after)s::timestamptz)
   AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s::timestamptz)
   AND (%(finished_after)s::timestamptz IS NULL OR j.finished_at > %(finished_after)s::timestamptz)
