@@ -149,6 +149,28 @@ def test_a_sigkilled_worker_turns_red_and_its_job_returns_refunded(
     operator.screenshot("worker")
 
 
+def test_an_idle_worker_killed_turns_red_on_the_tick_alone(
+    operator: Watched, system: LiveSystem
+) -> None:
+    """A worker holding nothing dies without any NOTIFY at all (no job is reaped): only the
+    2-second tick can show it. Break it: drop codity:tick from workers.html and this fails."""
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        conn.execute("SELECT * FROM codity.create_queue('quiet')")
+        idle = system.start_worker("quiet", name="idle")
+        worker_id = wait_until(
+            lambda: one_or_none(conn, "SELECT id FROM codity.workers WHERE pid = %s", [idle.pid]),
+            timeout=30,
+            what="the idle worker registering",
+            alive=[idle],
+        )
+    operator.goto("/workers")
+    row = operator.page.locator(f"#worker-{worker_id}")
+    expect(row).to_have_attribute("data-liveness", "alive", timeout=10_000)
+    idle.send(signal.SIGKILL)
+    expect(row).to_have_attribute("data-liveness", "dead", timeout=(DEAD_AFTER_S + 2) * 1000)
+    operator.assert_clean()
+
+
 @pytest.fixture
 def viewer(browser: Browser, system: LiveSystem) -> Iterator[Watched]:
     """A viewer of the demo org, signed in through the sign-in page."""
