@@ -303,3 +303,29 @@ def test_a_member_of_several_projects_switches_from_the_frame(
     assert switched.status_code == 303 and switched.headers["location"] == "/"
     assert "<dt>Project</dt><dd>Second" in after
     assert f'<option value="{second}" selected>Second</option>' in after
+
+
+def test_a_member_of_two_orgs_switches_to_the_other_orgs_project(
+    db_url: str, conn: psycopg.Connection, tenant: Tenant
+) -> None:
+    """The switcher lists every project the user may reach, grouped by org, another org's
+    too; switching there acts in that org. Projects of orgs the user is not in never show."""
+    viewer = add_user(conn, tenant, Role.VIEWER)
+    other = make_tenant(conn)
+    stranger_org = make_tenant(conn)
+    conn.execute(
+        "INSERT INTO codity.memberships (org_id, user_id, role) VALUES (%s, %s, 'member')",
+        [other.org_id, viewer.user_id],
+    )
+    with web_client(db_url) as client:
+        session = sign_in(client, conn, viewer)
+        page = session.get("/").text
+        switcher = page.split('<select id="project-switch"', 1)[1].split("</select>", 1)[0]
+        switched = session.post("/switch", {"project_id": str(other.project_id)})
+        moved = Session(client, viewer, switched.cookies[SESSION_COOKIE])
+        me = moved.get("/settings").text
+    assert switcher.count("<optgroup") == 2
+    assert f'<option value="{other.project_id}">' in switcher
+    assert f'value="{stranger_org.project_id}"' not in switcher
+    assert switched.status_code == 303
+    assert f'<option value="{other.project_id}" selected>' in me

@@ -132,7 +132,10 @@ class PageContext:
 
     async def screen(self, template: str, *, status: int = 200, **values: Any) -> HTMLResponse:
         """A whole page: ``render`` plus what the frame needs (the project switcher)."""
-        projects = await self.api("GET", "/api/v1/projects") if self.role is not None else []
+        projects = []
+        if self.role is not None:
+            me = await self.api("GET", "/api/v1/auth/me")
+            projects = me["projects"]
         return self.render(template, status=status, projects=projects, **values)
 
     def redirect(self, url: str) -> Response:

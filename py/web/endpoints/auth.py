@@ -26,7 +26,7 @@ from psycopg import AsyncConnection
 from pydantic import AfterValidator, BaseModel, Field
 
 from codity.web.access import Limit, Scope
-from codity.web.call import Call
+from codity.web.call import Call, Principal
 from codity.web.database import set_tenant, transaction
 from codity.web.endpoint import Endpoint, Reply
 from codity.web.errors import ApiError, not_found
@@ -117,11 +117,21 @@ class MembershipInfo(BaseModel):
     role: str
 
 
+class ProjectChoice(BaseModel):
+    id: int
+    slug: str
+    name: str
+    org_id: int
+    org_name: str
+
+
 class Me(BaseModel):
     user: UserInfo
     org_id: int | None
     project_id: int | None
     memberships: list[MembershipInfo]
+    projects: list[ProjectChoice]
+    """Every project of every org the user belongs to: where ``/auth/switch`` may go."""
 
 
 def _invalid_credentials() -> ApiError:
@@ -330,6 +340,26 @@ ORDER BY m.created_at, m.org_id
 """
 
 
+async def _user_projects(
+    conn: AsyncConnection[Any], memberships: list[dict[str, Any]], principal: Principal
+) -> list[dict[str, Any]]:
+    """The projects of each of the user's orgs, each org read under its own row-level
+    security setting (as ``_member_project`` does), then the request's tenant put back."""
+    projects: list[dict[str, Any]] = []
+    try:
+        for membership in memberships:
+            await set_tenant(conn, org_id=membership["org_id"], project_id=None)
+            cur = await conn.execute(
+                "SELECT id, slug, name, org_id FROM codity.projects WHERE org_id = %s"
+                " ORDER BY created_at, id LIMIT 100",
+                [membership["org_id"]],
+            )
+            projects += [{**row, "org_name": membership["name"]} for row in await cur.fetchall()]
+    finally:
+        await set_tenant(conn, org_id=principal.org_id, project_id=principal.project_id)
+    return projects
+
+
 async def me(call: Call[None, None]) -> dict[str, Any]:
     user_id = call.user_id
     cur = await call.conn.execute(
@@ -339,13 +369,15 @@ async def me(call: Call[None, None]) -> dict[str, Any]:
     if user is None:
         raise ApiError(401, "unauthorized", "this account no longer exists")
     cur = await call.conn.execute(_MEMBERSHIPS, [user_id])
+    memberships = [dict(row) for row in await cur.fetchall()]
     principal = call.principal
     assert principal is not None
     return {
         "user": dict(user),
         "org_id": principal.org_id,
         "project_id": principal.project_id,
-        "memberships": [dict(row) for row in await cur.fetchall()],
+        "memberships": memberships,
+        "projects": await _user_projects(call.conn, memberships, principal),
     }
 
 
@@ -425,7 +457,8 @@ ROUTES = [
         _AUTH + "/me",
         Scope.AUTHENTICATED,
         me,
-        "The signed-in user, the session's org and project, and the user's memberships",
+        "The signed-in user, the session's org and project, the user's memberships and"
+        " every project they may switch to",
         "auth",
         response=Me,
     ),
