@@ -167,3 +167,29 @@ def test_behind_a_trusted_tls_proxy_forms_and_cookies_follow_the_browsers_scheme
         session = sign_in(client, conn, user)
         spoofed = session.forge("/signout", {"csrf": session.csrf}, origin="https://testserver")
         assert spoofed.status_code == 403, "an untrusted peer cannot claim https"
+
+
+def test_a_fragment_fetched_after_the_session_ended_sends_the_page_to_sign_in(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A live fragment in flight while the user signs out (or the session expires): the
+    page goes to the sign-in page and comes back to itself afterwards, not to the bare
+    fragment (the browser test saw /signin?next=/fragments/overview)."""
+    with web_client(db_url) as client:
+        fragment = client.get(
+            "/fragments/overview",
+            headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/jobs?queue=a"},
+            follow_redirects=False,
+        )
+        assert fragment.status_code == 204
+        assert fragment.headers["HX-Redirect"] == "/signin?next=%2Fjobs%3Fqueue%3Da"
+        elsewhere = client.get(
+            "/fragments/overview",
+            headers={"HX-Request": "true", "HX-Current-URL": "https://evil.example/x"},
+            follow_redirects=False,
+        )
+        assert elsewhere.headers["HX-Redirect"] == "/signin?next=%2F"
+        bare = client.get("/fragments/workers", follow_redirects=False)
+        assert bare.headers["location"] == "/signin?next=%2F"
+        page = client.get("/jobs?state=queued", follow_redirects=False)
+        assert page.headers["location"] == "/signin?next=%2Fjobs%3Fstate%3Dqueued"

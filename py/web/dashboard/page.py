@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import psycopg
 from pydantic import ValidationError
@@ -189,14 +189,26 @@ def _error_page(ctx: PageContext, error: ApiError) -> Response:
     )
 
 
+def _return_to(request: Request) -> str:
+    """Where to come back after signing in: the page asked for, or, for a fragment that
+    htmx fetched (the session ended meanwhile), the page that holds it — never the bare
+    fragment. Only a path of this site is kept; ``/signin`` checks ``next`` again."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    shown = request.headers.get("hx-current-url") if request.headers.get("hx-request") else None
+    if shown:
+        parts = urlsplit(shown)
+        if (parts.netloc in ("", request.url.netloc)) and parts.path.startswith("/"):
+            return parts.path + (f"?{parts.query}" if parts.query else "")
+    return "/" if here.startswith("/fragments/") else here
+
+
 def _pipeline(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def run(request: Request) -> Response:
         settings: WebSettings = request.app.state.settings
         session = await load_session(request, request.app.state.pool)
         ctx = PageContext(request, settings, session, request_id_of(request))
         if page.signed_in and session is None:
-            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            return ctx.redirect(f"/signin?next={quote(target, safe='')}")
+            return ctx.redirect(f"/signin?next={quote(_return_to(request), safe='')}")
         try:
             if request.method == "POST":
                 if not origin_allowed(request, settings):
