@@ -251,6 +251,57 @@ def test_a_job_enqueued_through_the_api_appears_without_a_reload(
     operator.screenshot("job")
 
 
+def _enqueue(system: LiveSystem, to: str) -> int:
+    answer = system.api(
+        "POST",
+        "/api/v1/jobs",
+        system.api_token(),
+        json={"queue": "emails", "task": "emails.send", "payload": {"to": to}},
+    )
+    assert answer.status_code == 201, answer.text
+    return int(answer.json()["data"]["id"])
+
+
+def test_a_broken_stream_falls_back_to_polling_and_comes_back(
+    operator: Watched, system: LiveSystem
+) -> None:
+    """With /events refused the page polls every 2 s (a new job still shows), and once the
+    stream answers again the page reconnects to it."""
+    page = operator.page
+    page.route("**/events", lambda route: route.abort())
+    operator.goto("/jobs?queue=emails")
+    expect(page.locator("#live-status")).to_have_text("polling every 2 s", timeout=5_000)
+    job_id = _enqueue(system, "polled@example.com")
+    expect(page.locator(f"#job-{job_id}")).to_be_visible(timeout=5_000)
+    page.unroute("**/events")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+
+
+_HIDE = """hidden => {
+  Object.defineProperty(document, "hidden", {configurable: true, get: () => hidden});
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_a_hidden_tab_stops_updating_and_catches_up_when_shown(
+    operator: Watched, system: LiveSystem
+) -> None:
+    page = operator.page
+    operator.goto("/jobs?queue=emails")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    page.evaluate(_HIDE, True)
+    expect(page.locator("#live-status")).to_have_text("paused while hidden")
+    job_id = _enqueue(system, "hidden@example.com")
+    time.sleep(3)  # a NOTIFY and a tick would both have refreshed a visible page by now
+    assert [u for u in fetched if "/fragments/" in u or u.endswith("/events")] == []
+    expect(page.locator(f"#job-{job_id}")).to_have_count(0)
+    page.evaluate(_HIDE, False)
+    expect(page.locator(f"#job-{job_id}")).to_be_visible(timeout=5_000)
+    operator.assert_clean()
+
+
 def _dead_letters(conn: psycopg.Connection[Any], queue: str, count: int) -> list[tuple[int, int]]:
     """``count`` jobs of ``queue`` (one attempt allowed) failed once, so dead-lettered, as a
     worker would leave them; returns (job id, dead letter id) pairs."""
