@@ -174,3 +174,15 @@ def test_payload_ids_stay_in_the_project_and_in_the_transactions_tenant(tx: Conn
     with pytest.raises(psycopg.Error) as refused, tx.transaction():
         tx.execute("SELECT * FROM codity.jobs_with_payload('[1]'::jsonb, %s)", [project_a])
     assert refused.value.sqlstate == "CD010"
+
+
+def test_depths_of_one_queue_count_that_queue_only(tx: Conn) -> None:
+    create_queue(tx, "emails")
+    create_queue(tx, "reports")
+    _enqueue(tx, "emails")
+    rows = tx.execute(
+        "SELECT queue, claimable FROM codity.queue_depths(NULL, 100, p_queue => 'emails')"
+    ).fetchall()
+    assert rows == [("emails", 1)]
+    assert tx.execute("SELECT count(*) FROM codity.queue_depths()").fetchone() == (2,)
+    assert tx.execute("SELECT * FROM codity.queue_depths(p_queue => 'nope')").fetchall() == []

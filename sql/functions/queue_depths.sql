@@ -9,7 +9,9 @@
 -- to the cap means "at least the cap". The oldest claimable job is found without a sort:
 -- one index probe per distinct priority of the queue's queued jobs (a loose index scan).
 -- Security invoker: row-level security decides which queues the caller sees; p_project_id
--- narrows to one project (NULL: every project visible to the caller). Read-only.
+-- narrows to one project (NULL: every project visible to the caller), p_queue to one of
+-- its queues (a queue's page polls its own counts every 2 s: counting the project's other
+-- queues too cost one index range per state per queue for nothing). Read-only.
 
 CREATE OR REPLACE FUNCTION codity.count_cap()
 RETURNS integer
@@ -25,10 +27,15 @@ Example: SELECT codity.count_cap();';
 REVOKE ALL ON FUNCTION codity.count_cap() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION codity.count_cap() TO codity_app, codity_readonly;
 
+-- The signature before p_queue: dropped, or a call with the old arguments would match both
+-- (codity migrate re-applies this file; dropping is idempotent).
+DROP FUNCTION IF EXISTS codity.queue_depths(bigint, integer, timestamptz);
+
 CREATE OR REPLACE FUNCTION codity.queue_depths(
     p_project_id bigint DEFAULT NULL,
     p_cap integer DEFAULT NULL,
-    p_now timestamptz DEFAULT now()
+    p_now timestamptz DEFAULT now(),
+    p_queue text DEFAULT NULL
 )
 RETURNS TABLE (
     queue_id bigint,
@@ -116,17 +123,19 @@ BEGIN
                               ORDER BY j.run_at LIMIT 1)) AS oldest
                   FROM priorities p WHERE p.priority IS NOT NULL) o)
     FROM codity.queues q
-    WHERE p_project_id IS NULL OR q.project_id = p_project_id
+    WHERE (p_project_id IS NULL OR q.project_id = p_project_id)
+      AND (p_queue IS NULL OR q.name = p_queue)
     ORDER BY q.project_id, q.name;
 END;
 $$;
 
-COMMENT ON FUNCTION codity.queue_depths(bigint, integer, timestamptz) IS
+COMMENT ON FUNCTION codity.queue_depths(bigint, integer, timestamptz, text) IS
 'Per queue: jobs claimable, scheduled, running, completed, failed, dead-lettered and
 cancelled, each counted up to p_cap (NULL: codity.count_cap(); a count equal to the cap
 means at least that many), and when the oldest claimable job became due. Row-level
-security applies; p_project_id narrows to one project (NULL: all visible).
+security applies; p_project_id narrows to one project (NULL: all visible), p_queue to one
+queue of it (NULL: every queue).
 Example: SELECT queue, claimable, now() - oldest_claimable_at AS waiting FROM codity.queue_depths(1);';
 
-REVOKE ALL ON FUNCTION codity.queue_depths(bigint, integer, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.queue_depths(bigint, integer, timestamptz) TO codity_app, codity_readonly;
+REVOKE ALL ON FUNCTION codity.queue_depths(bigint, integer, timestamptz, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.queue_depths(bigint, integer, timestamptz, text) TO codity_app, codity_readonly;

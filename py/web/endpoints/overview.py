@@ -226,7 +226,7 @@ async def overview(call: Call[None, None]) -> dict[str, Any]:
     since = this_minute - dt.timedelta(minutes=HOUR - 1)
     fresh = rolled_until is not None and rolled_until >= this_minute - dt.timedelta(minutes=2)
 
-    cur = await conn.execute(DEPTHS, params)
+    cur = await conn.execute(DEPTHS, {**params, "queue": None})
     depths = [dict(r) for r in await cur.fetchall()]
     cur = await conn.execute(
         _PER_QUEUE,

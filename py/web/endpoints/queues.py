@@ -178,12 +178,12 @@ SELECT d.queue_id, d.queue, d.is_paused, d.claimable, d.scheduled, d.running, d.
        d.failed, d.dead_letter, d.cancelled,
        extract(epoch FROM now() - d.oldest_claimable_at)::float8 AS oldest_claimable_seconds,
        codity.count_cap() AS count_cap
-FROM codity.queue_depths(%(project_id)s) d
+FROM codity.queue_depths(%(project_id)s, p_queue => %(queue)s::text) d
 """
-"""Each queue of the project with its counts per state, each capped at
-``codity.count_cap()`` (see sql/functions/queue_depths.sql: one index range per state that
-stops at the cap, so a million jobs cost what ten thousand do). The overview reads the same
-rows, so its numbers match the stats."""
+"""Each queue of the project (or the one named by ``queue``; None: all) with its counts
+per state, each capped at ``codity.count_cap()`` (see sql/functions/queue_depths.sql: one
+index range per state that stops at the cap, so a million jobs cost what ten thousand do).
+The overview reads the same rows, so its numbers match the stats."""
 
 
 def capped_states(row: Mapping[str, Any]) -> list[str]:
@@ -192,8 +192,8 @@ def capped_states(row: Mapping[str, Any]) -> list[str]:
 
 
 async def queue_stats(call: Call[None, None]) -> dict[str, Any]:
-    params = {"project_id": call.project_id, "name": call.path["name"]}
-    row = await one_or_404(call, DEPTHS + " WHERE d.queue = %(name)s", params, "queue")
+    params = {"project_id": call.project_id, "queue": call.path["name"]}
+    row = await one_or_404(call, DEPTHS, params, "queue")
     return {
         **row,
         "name": row["queue"],
