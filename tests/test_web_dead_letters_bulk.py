@@ -116,6 +116,7 @@ def test_a_confirmed_replay_all_replays_exactly_what_its_dry_run_counted(
             "batches": 0,
             "job_ids": [],
             "dead_letter_ids": [],
+            "ids_truncated": False,
         }
         assert _unreplayed(conn, tenant) == {*counted, other_task}, "a dry run replays nothing"
 
@@ -132,6 +133,15 @@ def test_a_confirmed_replay_all_replays_exactly_what_its_dry_run_counted(
             "SELECT status::text, attempt FROM codity.jobs WHERE id = ANY(%s)", [run["job_ids"]]
         ).fetchall()
         assert statuses == [("queued", 0)] * 5
+        assert run["ids_truncated"] is False
+
+        monkeypatch.setattr(endpoint, "IDS_SHOWN", 1)
+        create_queue(conn, tenant, "more")
+        more = [dead_letter(conn, tenant, "more", "emails.send")[1] for _ in range(3)]
+        last = _replay(client, admin, queue="more", up_to_id=max(more))
+        assert last["affected"] == 3
+        assert (len(last["job_ids"]), len(last["dead_letter_ids"])) == (1, 1)
+        assert last["ids_truncated"] is True
 
 
 def test_letters_another_replay_took_after_the_dry_run_are_skipped(

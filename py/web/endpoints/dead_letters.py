@@ -129,8 +129,16 @@ class ReplayedAll(BaseModel):
     batches: int
     """SQL calls made (each its own transaction); 0 in a dry run."""
     job_ids: list[int]
+    """The jobs the letters went back into, in replay order: the first ``IDS_SHOWN`` only."""
     dead_letter_ids: list[int]
+    """The letters replayed, in the same order and bound as ``job_ids``."""
+    ids_truncated: bool
+    """True: more were replayed than the lists show (``affected`` counts them all)."""
 
+
+IDS_SHOWN = 1000
+"""How many ids a replay-all answer lists: a run of 100,000 letters would otherwise answer
+1.5 MB of ids that no page shows."""
 
 _COLUMNS = """
 SELECT d.id, d.job_id, q.name AS queue, d.task, d.priority, d.reason, d.error, d.attempts,
@@ -314,8 +322,9 @@ async def replay_all(call: Call[ReplayAll, None]) -> dict[str, Any]:
         "up_to_id": up_to_id,
         "dry_run": body.dry_run,
         "batches": batches,
-        "job_ids": [r["job_id"] for r in replayed],
-        "dead_letter_ids": [r["dead_letter_id"] for r in replayed],
+        "job_ids": [r["job_id"] for r in replayed[:IDS_SHOWN]],
+        "dead_letter_ids": [r["dead_letter_id"] for r in replayed[:IDS_SHOWN]],
+        "ids_truncated": len(replayed) > IDS_SHOWN,
     }
 
 
