@@ -302,6 +302,38 @@ def test_a_hidden_tab_stops_updating_and_catches_up_when_shown(
     operator.assert_clean()
 
 
+def test_cancelling_the_selected_rows_asks_first_and_cancels_those_only(
+    operator: Watched, system: LiveSystem
+) -> None:
+    with psycopg.connect(system.db_url, autocommit=True) as conn:
+        conn.execute("SELECT * FROM codity.create_queue('picked')")
+        ids = [
+            one_or_none(conn, "SELECT job_id FROM codity.enqueue('picked', 'emails.send')", [])
+            for _ in range(3)
+        ]
+    page = operator.page
+    operator.goto("/jobs?queue=picked")
+    for job_id in ids[:2]:
+        page.locator(f"#pick-{job_id}").check()
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", answer)
+    page.locator("#cancel-selected").click()
+    expect(page.locator("#jobs-flash")).to_contain_text("2")
+    assert asked and asked[0].startswith("Cancel the selected jobs?")
+    with psycopg.connect(system.db_url) as conn:
+        statuses = [
+            one_or_none(conn, "SELECT status::text FROM codity.jobs WHERE id = %s", [i])
+            for i in ids
+        ]
+    assert statuses == ["cancelled", "cancelled", "queued"]
+    operator.assert_clean()
+
+
 def _dead_letters(conn: psycopg.Connection[Any], queue: str, count: int) -> list[tuple[int, int]]:
     """``count`` jobs of ``queue`` (one attempt allowed) failed once, so dead-lettered, as a
     worker would leave them; returns (job id, dead letter id) pairs."""

@@ -6,7 +6,7 @@
 //   re-render on. If the stream breaks they poll every 2 s and try the stream again.
 // - "codity:tick" fires every 2 s for what changes without a NOTIFY (a worker going silent).
 // - Everything stops while the tab is hidden and resumes, with a refresh, when it is shown.
-// - Forms with data-confirm ask first; buttons with data-copy copy a text to the clipboard.
+// - Forms (or their submit buttons) with data-confirm ask first; buttons with data-copy copy a text to the clipboard.
 (function () {
   "use strict";
   var body = document.body;
@@ -57,7 +57,9 @@
 
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    var question = form.getAttribute && form.getAttribute("data-confirm");
+    var button = event.submitter;
+    var question = (button && button.getAttribute("data-confirm"))
+      || (form.getAttribute && form.getAttribute("data-confirm"));
     if (question && !window.confirm(question)) { event.preventDefault(); }
   }, true);
   document.addEventListener("click", function (event) {
