@@ -265,6 +265,18 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from codity.bench import BenchError, run_command
 
     try:
+        if args.against:
+            from codity.bench.against_pgqueuer import run_against_command
+
+            if args.workers is not None or args.concurrency is not None:
+                raise UsageError("bench --against runs its own matrix: no --workers/--concurrency")
+            return run_against_command(
+                database_url(settings),
+                home=settings.home,
+                quick=args.quick,
+                jobs=args.jobs,
+                write=not args.no_write,
+            )
         return run_command(
             database_url(settings),
             pg_bin=settings.pg_bin,
@@ -375,6 +387,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--concurrency", type=int, help="per worker, = claim size (default 100)")
     bench.add_argument("--jobs", type=int, help="jobs to drain (default 20000)")
     bench.add_argument("--no-write", action="store_true", help="leave docs/PERFORMANCE.md alone")
+    bench.add_argument(
+        "--against",
+        choices=["pgqueuer"],
+        help="side by side with PGQueuer 1.6 (installed into a virtual environment of its own)",
+    )
     bench.set_defaults(func=_cmd_bench)
 
     dash = sub.add_parser(
