@@ -136,3 +136,16 @@ def test_another_projects_jobs_are_neither_listed_nor_counted(
         assert ids(client, viewer, id=foreign[0]) == set()
         counts = client.get("/api/v1/jobs/counts", headers=viewer.headers).json()["data"]
     assert all(c["count"] == 0 for c in counts)
+
+
+def test_a_list_without_its_count_leaves_the_count_out(
+    db_url: str, conn: psycopg.Connection, tenant: Tenant
+) -> None:
+    """count=false, for a caller that has the count from /jobs/counts (the jobs screen)."""
+    viewer = add_user(conn, tenant, Role.VIEWER)
+    enqueue_many(conn, tenant, 3)
+    with web_client(db_url) as client:
+        counted = client.get("/api/v1/jobs", headers=viewer.headers).json()
+        bare = client.get("/api/v1/jobs?count=false", headers=viewer.headers).json()
+    assert (counted["meta"]["count"], counted["meta"]["count_capped"]) == (3, False)
+    assert "count" not in bare["meta"] and len(bare["data"]) == 3

@@ -151,6 +151,10 @@ class JobFilter(JobMatch):
 class JobListQuery(JobFilter):
     limit: int = Field(50, ge=1, le=200)
     cursor: str | None = Field(None, max_length=64)
+    count: bool = Field(
+        True,
+        description="false: leave meta.count out (a caller that has it from /jobs/counts)",
+    )
 
 
 def match_params(match: JobMatch, project_id: int) -> dict[str, Any]:
@@ -357,7 +361,6 @@ async def count_matching(call: Call[Any, Any], params: dict[str, Any]) -> tuple[
 async def list_jobs(call: Call[None, JobListQuery]) -> Reply:
     query = call.query
     params = match_params(query, call.project_id)
-    count, capped = await count_matching(call, params)
     cur = await call.conn.execute(
         _LIST,
         {**params, "cursor": decode_id_cursor(query.cursor), "fetch": query.limit + 1},
@@ -365,7 +368,10 @@ async def list_jobs(call: Call[None, JobListQuery]) -> Reply:
     )
     rows = [dict(r) for r in await cur.fetchall()]
     meta = page_meta(rows, query.limit)
-    return Reply(rows, meta={**meta, "count": count, "count_capped": capped})
+    if query.count:
+        count, capped = await count_matching(call, params)
+        meta = {**meta, "count": count, "count_capped": capped}
+    return Reply(rows, meta=meta)
 
 
 async def count_jobs(call: Call[None, JobMatch]) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The jobs screen: every job of the project by state, searched, paged, acted on in bulk;
 and one job with its whole history.
 
-Reads ``GET /api/v1/jobs`` (a page and its capped count), ``GET /api/v1/jobs/counts`` (the
-capped count of each state tab) and ``GET /api/v1/jobs/{id}``; acts through
+Reads ``GET /api/v1/jobs`` (a page, without its count), ``GET /api/v1/jobs/counts`` (the
+capped count of each state tab; the current tab's is the list's) and
+``GET /api/v1/jobs/{id}``; acts through
 ``POST /api/v1/jobs/bulk`` (selected ids: member+; all matching: admin+) and the single
 ``cancel`` / ``retry`` routes (member+). The API's roles are what refuse a viewer's or a
 member's forged POST; the templates only leave the controls out.
@@ -138,7 +139,8 @@ async def _listing(ctx: PageContext) -> dict[str, Any]:
         return {**listing, "search": search, "problem": str(exc), "query": as_typed}
     listing |= {"search": search, "query": search.url(**({"cursor": cursor} if cursor else {}))}
     try:
-        page = {**search.api_filter(), "limit": _PAGE_SIZE, "cursor": cursor}
+        # The current tab's count is the list's: asked once, with the other tabs.
+        page = {**search.api_filter(), "limit": _PAGE_SIZE, "cursor": cursor, "count": False}
         listed = await ctx.api("GET", "/api/v1/jobs", query=page)
         counts = await ctx.api("GET", "/api/v1/jobs/counts", query=search.api_match())
     except ApiError as exc:
@@ -155,15 +157,16 @@ async def _listing(ctx: PageContext) -> dict[str, Any]:
         }
         for c in counts
     ]
+    current = next(c for c in counts if c["state"] == search.state)
     next_cursor = meta["next_cursor"]
     return {
         **listing,
         "jobs": listed["data"],
         "tabs": tabs,
-        "count": meta["count"],
-        "count_capped": meta["count_capped"],
+        "count": current["count"],
+        "count_capped": current["capped"],
         "next_query": search.url(cursor=next_cursor) if next_cursor else None,
-        "bulk": _bulk_links(search, meta["count"], meta["count_capped"]),
+        "bulk": _bulk_links(search, current["count"], current["capped"]),
     }
 
 
