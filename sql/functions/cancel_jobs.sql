@@ -32,7 +32,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
-    v_ids bigint[];
+    v_ids bigint[];  -- the distinct ids, sorted (codity._bulk_job_ids)
     v_found bigint[] := '{}';
     v_queue_id bigint;
     v_locked_ids bigint[];
@@ -40,12 +40,7 @@ DECLARE
     v_locked_seqs integer[];
 BEGIN
     PERFORM codity._check_clock(p_now);
-    IF p_job_ids IS NULL OR pg_catalog.cardinality(p_job_ids) > 1000 THEN
-        RAISE EXCEPTION 'give from 0 to 1000 job ids, got %', pg_catalog.cardinality(p_job_ids)
-            USING ERRCODE = 'CD010', HINT = 'Split a larger set into batches.';
-    END IF;
-    SELECT coalesce(array_agg(DISTINCT i.id ORDER BY i.id), '{}') INTO v_ids
-    FROM unnest(p_job_ids) AS i(id) WHERE i.id IS NOT NULL;
+    v_ids := codity._bulk_job_ids(p_job_ids);
 
     FOR v_queue_id IN
         SELECT DISTINCT j.queue_id FROM codity.jobs j
