@@ -12,7 +12,6 @@ queue table must be empty.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import psycopg
 from codity.bench._against_model import PGQUEUER, Config, DrainRun, EnqueueRun, PickupRun
 from codity.bench._pgq_env import AGENT, PgqEnv
 from codity.bench._usage import postmaster_pid, read_usage, spent_since
-from codity.bench._workers import BenchError
+from codity.bench._workers import BenchError, stop_processes
 
 __all__ = ["pgq_drain", "pgq_enqueue", "pgq_pickup", "pgq_reset"]
 
@@ -96,17 +95,7 @@ class PgqWorkers:
             raise BenchError(f"a PGQueuer worker exited early ({dead[0]})\n{self.log_tail()}")
 
     def stop(self, timeout: float = 60.0) -> tuple[int, ...]:
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        codes = []
-        for proc in self._procs:
-            try:
-                codes.append(proc.wait(timeout))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes.append(proc.wait())
-        return tuple(codes)
+        return stop_processes(self._procs, timeout)
 
     def log_tail(self, lines: int = 15) -> str:
         tails = []

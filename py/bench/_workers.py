@@ -19,7 +19,7 @@ import psycopg
 
 from codity.supervisor import codity_command
 
-__all__ = ["BenchError", "WorkerProcesses"]
+__all__ = ["BenchError", "WorkerProcesses", "stop_processes"]
 
 Conn = psycopg.Connection[Any]
 _READY = """
@@ -29,6 +29,22 @@ SELECT (SELECT count(*) FROM codity.workers w
         WHERE a.datname = pg_catalog.current_database()
           AND a.application_name = 'codity-listener' AND a.state = 'idle')
 """
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout: float) -> tuple[int, ...]:
+    """SIGTERM every process still running, then wait for each; one that does not exit
+    within ``timeout`` is killed (code -9). The exit codes, in order."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes.append(proc.wait())
+    return tuple(codes)
 
 
 class BenchError(RuntimeError):
@@ -106,17 +122,7 @@ class WorkerProcesses:
         """SIGTERM every worker and wait; a worker that does not exit is killed (code -9)."""
         if self.exit_codes or not self._procs:
             return self.exit_codes
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        codes = []
-        for proc in self._procs:
-            try:
-                codes.append(proc.wait(timeout))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                codes.append(proc.wait())
-        self.exit_codes = tuple(codes)
+        self.exit_codes = stop_processes(self._procs, timeout)
         return self.exit_codes
 
     def check_alive(self) -> None:
