@@ -94,7 +94,9 @@ PostgreSQL array: pass results through `JSON.stringify`.
    `max_attempts`, `lease_expires_at`, `timeout_seconds`, ... No row: nothing is due (or the
    queue is paused).
 5. **Start** right before the handler runs: `SELECT * FROM codity.start(job, fence)`, or
-   `codity.start_many(job_ids, fences)` for a batch.
+   `codity.start_many(job_ids, fences)` for a batch. A worker that runs everything it
+   claims at once skips this step: `codity.claim(worker, 'emails', n, p_start => true)`
+   returns the jobs already running, in the claim's own write.
 6. **Heartbeat** every few seconds with every job you hold:
    `SELECT * FROM codity.heartbeat(worker, ARRAY[job, ...], ARRAY[fence, ...])`. Each job
    comes back `extended`; `cancelled` (an operator cancelled it: stop, its result will be

@@ -103,9 +103,17 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         registry = load_registry(args.app, args.app_dir)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    prefetch = args.prefetch
+    if prefetch is None and os.environ.get("WORKER_PREFETCH"):
+        prefetch = _env_int("WORKER_PREFETCH", 0, least=0)
+    if args.concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1, got {args.concurrency}")
+    if prefetch is not None and prefetch < 0:
+        raise UsageError(f"--prefetch must be 0 or more, got {prefetch}")
     config = WorkerConfig(
         queues=tuple(args.queue),
         concurrency=args.concurrency,
+        prefetch=prefetch,
         heartbeat_s=_env_ms("WORKER_HEARTBEAT_MS", 5000) / 1000,
         poll_s=_env_ms("WORKER_POLL_INTERVAL_MS", 5000) / 1000,
         grace_s=_env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000,
@@ -117,17 +125,19 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _env_ms(name: str, default: int) -> int:
+    return _env_int(name, default, what="a whole number of milliseconds")
+
+
+def _env_int(name: str, default: int, *, what: str = "a whole number", least: int = 1) -> int:
     value = os.environ.get(name)
     if not value:
         return default
     try:
         parsed = int(value)
     except ValueError:
-        raise SystemExit(
-            f"codity: {name} must be a whole number of milliseconds, got {value!r}"
-        ) from None
-    if parsed <= 0:
-        raise SystemExit(f"codity: {name} must be positive, got {parsed}")
+        raise SystemExit(f"codity: {name} must be {what}, got {value!r}") from None
+    if parsed < least:
+        raise SystemExit(f"codity: {name} must be {least} or more, got {parsed}")
     return parsed
 
 
@@ -333,7 +343,7 @@ def _parser() -> argparse.ArgumentParser:
         "--app", default="codity.worker.demo:registry", help="module:registry of handlers"
     )
     up.add_argument("--queue", action="append", help="queues to serve (default: every queue)")
-    up.add_argument("--concurrency", type=int, default=_env_ms("WORKER_CAPACITY", 5))
+    up.add_argument("--concurrency", type=int, default=_env_int("WORKER_CAPACITY", 5))
     up.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")
     up.add_argument("--host", default=web_host, help="web app address (CODITY_WEB_HOST)")
     up.add_argument("--port", type=int, default=web_port, help="web app port (PORT, 3000)")
@@ -358,7 +368,17 @@ def _parser() -> argparse.ArgumentParser:
         "--queue", action="append", required=True, help="a queue to serve (repeatable)"
     )
     worker.add_argument(
-        "--concurrency", type=int, default=_env_ms("WORKER_CAPACITY", 5), help="WORKER_CAPACITY (5)"
+        "--concurrency",
+        type=int,
+        default=_env_int("WORKER_CAPACITY", 5),
+        help="WORKER_CAPACITY (5)",
+    )
+    worker.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="WORKER_PREFETCH: claimed jobs held beyond --concurrency, waiting for a slot"
+        " (default: as many as --concurrency; 0 for long jobs)",
     )
     worker.add_argument(
         "--app-dir",

@@ -55,7 +55,7 @@ def wal_per_job(server_url: str, changes: list[str]) -> float:
         c.execute("VACUUM ANALYZE")
         row = c.execute("SELECT codity.register_worker('probe', ARRAY['q'], %s)", [BATCH])
         worker = (row.fetchone() or (0,))[0]
-        start = (c.execute("SELECT pg_current_wal_lsn()").fetchone() or ("0/0",))[0]
+        start = (c.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or ("0/0",))[0]
         done = 0
         while done < JOBS:
             claimed = c.execute(
@@ -72,7 +72,9 @@ def wal_per_job(server_url: str, changes: list[str]) -> float:
             done += len(ids)
         if done != JOBS:
             raise RuntimeError(f"drove {done} of {JOBS} jobs")
-        wal = c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [start]).fetchone()
+        wal = c.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", [start]
+        ).fetchone()
         return float((wal or (0,))[0]) / JOBS
 
 

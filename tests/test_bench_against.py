@@ -23,12 +23,14 @@ from codity.bench._against_model import (
     PGQUEUER,
     AgainstOptions,
     AgainstReport,
+    CeilingRun,
     DrainRun,
     EnqueueRun,
     PickupRun,
     Series,
 )
 from codity.bench._against_report import BEGIN, END, HEADING, write_against
+from codity.bench._ceiling import CEILINGS
 from codity.bench._model import Machine
 from codity.bench._report import performance_path
 from codity.bench.against_pgqueuer import configurations
@@ -52,6 +54,16 @@ def _summary(output: str) -> dict[str, list[str]]:
     for line in output.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| ") and len(cells) == 4:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _ceiling_rows(output: str) -> dict[str, list[str]]:
+    """Rows of the ceiling table: drain -> [jobs/s, WAL per job, CPU per job, share]."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 5:
             rows[cells[0]] = cells[1:]
     return rows
 
@@ -86,6 +98,10 @@ def test_quick_run_reports_both_systems_side_by_side(pg_server_url: str) -> None
         p50, p99 = (float(x) for x in re.findall(r"[\d.]+", cell)[:2])
         assert 0 < p50 <= p99, cell
     assert "PGQueuer 1.6." in run.stdout
+    ceiling = _ceiling_rows(run.stdout)
+    for name in CEILINGS:
+        rate, wal, _cpu, share = ceiling[name]
+        assert _number(rate) > 0 and _number(wal) > 0 and _number(share) > 0, (name, ceiling)
 
     assert (doc.read_bytes() if doc.exists() else None) == before, "--no-write wrote the doc"
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
@@ -114,6 +130,7 @@ def _report() -> AgainstReport:
         EnqueueRun(system, 10, batch, 1.0) for system in (CODITY, PGQUEUER) for batch in (1, 1_000)
     )
     pickups = tuple(PickupRun(s, (2.0, 3.0), (1.0, 2.0)) for s in (CODITY, PGQUEUER))
+    ceilings = tuple(CeilingRun(name, 10, 0.5, 10_000, 0.005) for name in CEILINGS)
     machine = Machine(2, "cpu", 1.0, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), "py", "pg", ())
     return AgainstReport(
         options=AgainstOptions.quick_defaults(),
@@ -123,6 +140,7 @@ def _report() -> AgainstReport:
         series=series,
         enqueues=enqueues,
         pickups=pickups,
+        ceilings=ceilings,
         started_at="now",
         seconds=1.0,
     )

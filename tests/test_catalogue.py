@@ -112,7 +112,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
     "codity.cancel_jobs(bigint[],bigint,timestamp with time zone)",
-    "codity.claim(bigint,text,integer,boolean,timestamp with time zone)",
+    "codity.claim(bigint,text,integer,boolean,boolean,timestamp with time zone)",
     "codity.worker_queues(bigint)",
     "codity.get_job(bigint,bigint)",
     "codity.get_job_executions(bigint,bigint)",
@@ -610,7 +610,8 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(tx: Conn) -> None:
 
     row = tx.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc p"
-        " WHERE p.oid = 'codity.claim(bigint,text,integer,boolean,timestamptz)'::regprocedure"
+        " WHERE p.oid ="
+        " 'codity.claim(bigint,text,integer,boolean,boolean,timestamptz)'::regprocedure"
     ).fetchone()
     assert row is not None
     picked = re.search(r"picked AS MATERIALIZED \((.*?)\n\s*\),", str(row[0]), re.S)

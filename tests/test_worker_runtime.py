@@ -240,3 +240,67 @@ def test_handler_past_the_queue_timeout_fails_and_an_unknown_task_is_retried(
         conn.execute("SELECT task, status::text FROM codity.jobs").fetchall()
     )
     assert statuses == {"sleepy": "dead_letter", "nobody.handles.this": "scheduled"}
+
+
+def _held(conn: psycopg.Connection) -> list[tuple[int, int]]:
+    """(job id, fence) of every running job, in id order."""
+    rows = conn.execute(
+        "SELECT id, execution_seq FROM codity.jobs WHERE status = 'running' ORDER BY id"
+    ).fetchall()
+    return [(int(a), int(b)) for a, b in rows]
+
+
+@pytest.mark.parametrize("prefetch", [2, 0])
+def test_prefetched_jobs_wait_for_a_slot_keep_their_leases_and_are_released_on_stop(
+    db_url: str, conn: psycopg.Connection, prefetch: int
+) -> None:
+    create_queue(conn, "work", max_attempts=2, lease_seconds=1, **NO_BACKOFF)
+    registry = Registry()
+    began: list[int] = []
+
+    @registry.task("slow")
+    async def slow(payload: Any, ctx: JobContext) -> None:
+        began.append(ctx.job_id)
+        await asyncio.sleep(60)
+
+    conn.execute(
+        "SELECT codity.enqueue_many('work', %s)",
+        [psycopg.types.json.Jsonb([{"task": "slow"} for _ in range(5)])],
+    )
+
+    async def scenario() -> tuple[list[tuple[int, int]], list[tuple[int, int]], int]:
+        stop = asyncio.Event()
+        config = WorkerConfig(
+            queues=("work",), concurrency=1, prefetch=prefetch, heartbeat_s=0.2, poll_s=0.5,
+            grace_s=0.3,
+        )  # fmt: skip
+        runner = asyncio.create_task(Worker(db_url, registry, config).run(stop))
+        deadline = time.monotonic() + 20
+        while len(_held(conn)) < 1 + prefetch or not began:
+            assert time.monotonic() < deadline, "the worker did not claim in time"
+            await asyncio.sleep(0.05)
+        held = _held(conn)
+        # Three leases of one second pass: the heartbeat keeps the waiting jobs' too.
+        await asyncio.sleep(3.0)
+        reaped = int(conn.execute("SELECT count(*) FROM codity.reap()").fetchall()[0][0])
+        still = _held(conn)
+        stop.set()
+        await asyncio.wait_for(runner, timeout=10)
+        return held, still, reaped
+
+    held, still, reaped = asyncio.run(scenario())
+
+    assert len(held) == 1 + prefetch, "the worker holds its concurrency plus its prefetch"
+    assert len(began) == 1, "only as many handlers run as the concurrency allows"
+    assert began[0] == held[0][0], "the oldest claim runs first"
+    assert (reaped, still) == (0, held), "a waiting job's lease was not kept"
+    # On stop the waiting jobs go back at once and the running one after the grace period
+    # (or with the deregistration that follows), none of them charged an attempt.
+    assert (
+        conn.execute("SELECT status::text, attempt FROM codity.jobs").fetchall()
+        == [("queued", 0)] * 5
+    )
+    executions = conn.execute(
+        "SELECT status::text, attempt_refunded FROM codity.job_executions"
+    ).fetchall()
+    assert executions == [("released", True)] * (1 + prefetch)

@@ -16,6 +16,7 @@ __all__ = [
     "PGQUEUER",
     "AgainstOptions",
     "AgainstReport",
+    "CeilingRun",
     "Config",
     "DrainRun",
     "EnqueueRun",
@@ -84,7 +85,7 @@ class DrainRun:
     jobs: int
     seconds: float
     wal_bytes: int
-    """pg_current_wal_lsn() just before the workers were let go and once the last job ended."""
+    """pg_current_wal_insert_lsn() just before the workers were let go and after the last job."""
     server_cpu_s: float | None
     """CPU of every PostgreSQL process over the same span (None: the server is not local)."""
     workers_cpu_s: float
@@ -151,6 +152,31 @@ class PickupRun:
 
 
 @dataclass(frozen=True, slots=True)
+class CeilingRun:
+    """One pgbench drain of the machine's ceiling (codity.bench._ceiling)."""
+
+    name: str
+    jobs: int
+    """Jobs finished by the timed pgbench run (a claim that raced another for the last rows
+    may come up short; what it left is not counted)."""
+    seconds: float
+    wal_bytes: int
+    server_cpu_s: float | None
+
+    @property
+    def per_second(self) -> float:
+        return self.jobs / self.seconds
+
+    @property
+    def wal_per_job(self) -> float:
+        return self.wal_bytes / self.jobs
+
+    @property
+    def server_us_per_job(self) -> float | None:
+        return None if self.server_cpu_s is None else self.server_cpu_s / self.jobs * 1e6
+
+
+@dataclass(frozen=True, slots=True)
 class AgainstReport:
     options: AgainstOptions
     machine: Machine
@@ -159,6 +185,7 @@ class AgainstReport:
     series: tuple[Series, ...]
     enqueues: tuple[EnqueueRun, ...]
     pickups: tuple[PickupRun, ...]
+    ceilings: tuple[CeilingRun, ...]
     started_at: str
     seconds: float
 
@@ -179,3 +206,6 @@ class AgainstReport:
 
     def pickup(self, system: str) -> PickupRun:
         return next(p for p in self.pickups if p.system == system)
+
+    def ceiling(self, name: str) -> list[CeilingRun]:
+        return [c for c in self.ceilings if c.name == name]

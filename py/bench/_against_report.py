@@ -7,9 +7,11 @@ without the markers gets the section appended at its end.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from codity.bench._against_model import CODITY, PGQUEUER, AgainstReport, Series
+from codity.bench._ceiling import CEILINGS, CLIENTS
 from codity.bench._model import percentile
 from codity.bench._report import performance_path
 
@@ -96,6 +98,27 @@ def _matrix(r: AgainstReport) -> str:
     return "\n".join(lines)
 
 
+def _ceiling(r: AgainstReport) -> str:
+    ours = r.best(CODITY, CLIENTS)
+    lines = [f"| Drain, {CLIENTS} pgbench clients, 100 jobs per claim | jobs/s (median) | "
+             "WAL per job | PostgreSQL CPU per job | Codity's best worker drain as a share |",
+             "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for name in CEILINGS:
+        runs = r.ceiling(name)
+        if not runs:
+            continue
+        rate = statistics.median(c.per_second for c in runs)
+        wal = statistics.median(c.wal_per_job for c in runs)
+        cpus = [c.server_us_per_job for c in runs if c.server_us_per_job is not None]
+        cpu = statistics.median(cpus) if cpus else None
+        lines.append(f"| {name} | {_n(rate)} | {wal / 1000:.2f} kB | {_cpu(cpu)} | "
+                     f"{ours.per_second / rate:.0%} |")  # fmt: skip
+    lines.append(f"| Codity's worker ({CLIENTS} processes, {ours.config.label}) | "
+                 f"{_n(ours.per_second)} | {ours.wal_per_job / 1000:.2f} kB | "
+                 f"{_cpu(ours.server_us_per_job)} | 100% |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def _targets(r: AgainstReport) -> str:
     def verdict(ok: bool) -> str:
         return "pass" if ok else "**miss**"
@@ -141,7 +164,7 @@ def _settings(r: AgainstReport) -> str:
         "`pgqueuer.run`, what `pgq run` runs) started together; time from the first claim "
         f"to the last completion, on the database's clock; {o.rounds} round(s), every "
         "configuration once per round; medians. "
-        "WAL: `pg_current_wal_lsn()` before the workers are let go and after the last job. "
+        "WAL: `pg_current_wal_insert_lsn()` before the workers are let go and after the last job. "
         "CPU: /proc, every PostgreSQL process; the workers' from the same readings.",
         f"- Enqueue: {_n(o.enqueue_single)} one by one, {_n(o.enqueue_batched)} in batches of "
         f"{_n(o.enqueue_batch)}, each system's own client (Codity: psycopg, `codity.enqueue` / "
@@ -150,6 +173,12 @@ def _settings(r: AgainstReport) -> str:
         "at its defaults, from just before the producer's enqueue to the handler's first "
         "line (same clock); from the producer's acknowledged commit, p50 "
         + ", ".join(f"{k} {v:.2f} ms" for k, v in after_ms.items()) + ".",
+        f"- Ceiling: the same {_n(o.jobs)} jobs per drain, once per round, by pgbench "
+        "(`-M prepared`) with no worker: Codity's functions in the worker's own two "
+        "statements (claim with `p_start`, then `complete_many` with its relaxed commit), a "
+        "minimal table claimed by `UPDATE … FOR UPDATE SKIP LOCKED` and deleted on "
+        "completion, and one drained by `DELETE … RETURNING` (at most once); wall clock "
+        "around pgbench.",
     ])  # fmt: skip
 
 
@@ -157,6 +186,7 @@ def render_against(r: AgainstReport) -> str:
     return "\n\n".join([
         _summary_table(r),
         "### Every configuration\n\n" + _matrix(r),
+        "### The ceiling: the same drain with no worker\n\n" + _ceiling(r),
         "### Targets\n\n" + _targets(r),
         "### Machine and settings\n\n" + _settings(r),
     ])  # fmt: skip

@@ -1,7 +1,10 @@
 """WAL written and CPU spent over a drain, read before the workers start and after the last job.
 
-WAL is the server's own counter, ``pg_current_wal_lsn()``: everything the server wrote in
-that span (the drain's transactions, and whatever autovacuum or a checkpoint added).
+WAL is the server's own counter, ``pg_current_wal_insert_lsn()``: everything the server wrote in
+that span (the drain's transactions, and whatever autovacuum or a checkpoint added). The
+insert position, not ``pg_current_wal_lsn()`` (the write position): a transaction whose
+commit is not waited for (Codity's completions, a server at synchronous_commit off) may
+still have its WAL in the buffers when the drain ends.
 
 CPU comes from /proc, so it is there only when the server runs on this machine (the
 embedded one does): the postmaster's own time plus that of its children it has already
@@ -81,7 +84,7 @@ def _server_cpu(postmaster: int | None) -> float | None:
 
 
 def read_usage(conn: psycopg.Connection[Any], postmaster: int | None) -> Usage:
-    row = conn.execute("SELECT pg_catalog.pg_current_wal_lsn()::text").fetchone()
+    row = conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     return Usage(
         lsn=str(row[0]),
@@ -100,7 +103,7 @@ class Spent:
 def spent_since(conn: psycopg.Connection[Any], before: Usage, postmaster: int | None) -> Spent:
     """WAL and CPU from ``before`` to now; read while the workers still run."""
     row = conn.execute(
-        "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), %s::pg_lsn)",
+        "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_insert_lsn(), %s::pg_lsn)",
         [before.lsn],
     ).fetchone()
     assert row is not None

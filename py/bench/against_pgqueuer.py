@@ -13,6 +13,9 @@ database of its own that is dropped at the end::
                           200 x 400; 1 and 2 processes
                 Codity    concurrency 50/100/200/500, 1 and 2 processes
                 defaults  each system's, 2 processes
+    ceiling   per round, pgbench drains the same jobs through Codity's functions, a
+              minimal UPDATE … SKIP LOCKED queue and a DELETE … RETURNING one
+              (codity.bench._ceiling)
 
 PGQueuer (1.6, with asyncpg) lives in a virtual environment of its own
 (codity.bench._pgq_env), never among Codity's dependencies.
@@ -41,6 +44,7 @@ from codity.bench._against_model import (
     Series,
 )
 from codity.bench._against_report import render_against, write_against
+from codity.bench._ceiling import CEILINGS, CLIENTS, ceiling_drain
 from codity.bench._codity_runs import DEFAULT_CAPACITY, codity_drain, codity_enqueue, codity_pickup
 from codity.bench._machine import describe_machine, load_average
 from codity.bench._pgq_env import ensure_env, pgq_database
@@ -96,6 +100,7 @@ def run_against(url: str, home: Path, options: AgainstOptions) -> AgainstReport:
     began = time.monotonic()
     configs = configurations(options.quick)
     runs: dict[Config, list[DrainRun]] = {c: [] for c in configs}
+    ceilings = []
     with tempfile.TemporaryDirectory(prefix="codity-against-") as tmp:
         work = Path(tmp)
         pgq = ensure_env(home, work)
@@ -123,11 +128,15 @@ def run_against(url: str, home: Path, options: AgainstOptions) -> AgainstReport:
                     runs[config].append(codity_drain(ours, oconn, config, options.jobs, work))
                 else:
                     runs[config].append(pgq_drain(pgq, theirs, tconn, config, options.jobs))
+            for n, name in itertools.product(range(options.rounds), CEILINGS):
+                log.info("round %d of %d: the ceiling, %s", n + 1, options.rounds, name)
+                ceilings.append(ceiling_drain(ours, oconn, name, options.jobs, CLIENTS))
             machine = describe_machine(oconn, load_before)
     return AgainstReport(
         options=options, machine=machine, commit=commit, pgqueuer_version=pgq.version,
         series=tuple(Series(c, tuple(r)) for c, r in runs.items()), enqueues=tuple(enqueues),
-        pickups=pickups, started_at=started_at, seconds=time.monotonic() - began,
+        pickups=pickups, ceilings=tuple(ceilings), started_at=started_at,
+        seconds=time.monotonic() - began,
     )  # fmt: skip
 
 

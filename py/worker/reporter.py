@@ -33,7 +33,7 @@ from codity.backoff import Backoff
 from codity.db.errors import TRANSIENT, CodityError
 from codity.worker.context import JobContext
 
-__all__ = ["MAX_BATCH", "MAX_RESULT_BYTES", "Reporter"]
+__all__ = ["COMPLETE_MANY", "MAX_BATCH", "MAX_RESULT_BYTES", "Reporter"]
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,17 @@ MAX_RESULT_BYTES = 65536
 _MAX_ERROR = 4000
 
 # Only refusals and repeats come back: an applied completion needs nothing more.
-_COMPLETE_MANY = (
+# The batch commits without waiting for its WAL to reach disk (synchronous_commit off for
+# this one transaction; docs/DESIGN_DECISIONS.md 44): a completion lost to a server crash
+# leaves its job running under this fence, and the reaper requeues it (one re-run,
+# fenced), which at-least-once allows. Claims stay durable. The setting comes first in
+# FROM and complete_many reads it (a lateral reference), so it is made before the batch
+# runs, in the same statement: one round trip, and autocommit ends the transaction.
+COMPLETE_MANY = (
     "SELECT c.job_id, c.accepted, c.detail"
-    " FROM codity.complete_many(%s::bigint[], %s::integer[], %s::jsonb[]) AS c"
+    " FROM (SELECT pg_catalog.set_config('synchronous_commit', 'off', true)) AS d(relaxed),"
+    " codity.complete_many(CASE WHEN d.relaxed IS NOT NULL THEN %s::bigint[] END,"
+    " %s::integer[], %s::jsonb[]) AS c"
     " WHERE c.outcome <> 'applied'"
 )
 _FAIL = "SELECT accepted, outcome::text AS outcome, detail FROM codity.fail(%s, %s, %s, %s)"
@@ -195,7 +203,7 @@ class Reporter:
             [r.result for r in batch],
         ]
         try:
-            rows = await self._send(f"reporting {len(batch)} completion(s)", _COMPLETE_MANY, params)
+            rows = await self._send(f"reporting {len(batch)} completion(s)", COMPLETE_MANY, params)
         except (CodityError, psycopg.Error) as exc:
             if len(batch) > 1:
                 log.warning("a completion batch was refused (%s); resending job by job", exc)

@@ -3,7 +3,7 @@
 All queue logic is in the database; this module only moves jobs between ``codity.*`` calls
 and handlers::
 
-    Listener ──wake──▶ claim loop ── claim + start_many (one statement) ──▶ job tasks
+    Listener ──wake──▶ claim loop ── claim(p_start) + prefetch ──────────▶ job tasks
     (LISTEN codity_v1,   │ a slow jittered poll                                │
      self-ping)          │ as a safety net                                     ▼
                          │                           handler ── ok / error ──▶ Reporter
@@ -12,6 +12,13 @@ and handlers::
 
 The Reporter (reporter.py) owns every outcome and the worker's one write lock; the Listener
 (listener.py) owns the wake-ups; this module owns the claim, the job tasks and shutdown.
+
+Prefetch: the worker holds up to ``prefetch`` claimed jobs beyond its ``concurrency``
+(default: as many again), waiting in memory for a free slot, so the next claim's round trip
+overlaps the running handlers instead of following them, and claims come in batches. They
+are running in the database from the claim on and heartbeated like the others; on stop they
+are released at once (attempt not charged). ``--prefetch 0`` suits long jobs that another
+idle worker should rather take (docs/DESIGN_DECISIONS.md 43).
 
 Crash isolation: a job whose lease expired before (``crashes > 0``) may be what killed a
 worker. The worker claims such a job only when it runs nothing else, and claims nothing
@@ -27,6 +34,7 @@ only errors that end the process are the ones a human must fix at start-up.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -65,6 +73,8 @@ _GIVE_UP_ON: tuple[type[BaseException], ...] = (*TRANSIENT, TimeoutError)
 class WorkerConfig:
     queues: tuple[str, ...]
     concurrency: int = 5
+    prefetch: int | None = None
+    """Claimed jobs held beyond ``concurrency``, waiting for a slot; None: as many again."""
     heartbeat_s: float = 5.0
     poll_s: float = 5.0
     grace_s: float = 30.0
@@ -80,12 +90,24 @@ class _Running:
     suspect: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A prefetched job: claimed (running in the database), its handler not begun."""
+
+    ctx: JobContext
+    payload: Any
+    timeout_s: int | None
+    suspect: bool
+
+
 class Worker:
     def __init__(self, url: str, registry: Registry, config: WorkerConfig) -> None:
         if not config.queues:
             raise ValueError("a worker needs at least one queue")
         if config.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if config.prefetch is not None and config.prefetch < 0:
+            raise ValueError("prefetch must be 0 or more")
         self.url = url
         self.registry = registry
         self.config = config
@@ -93,6 +115,10 @@ class Worker:
         self._server = server_address(url)
         self._pool: AsyncConnectionPool | None = None
         self._running: dict[int, _Running] = {}
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._holds = config.concurrency + (
+            config.concurrency if config.prefetch is None else config.prefetch
+        )
         self._wake = asyncio.Event()
         self._reporter = Reporter(self._call, self._server)
         self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s))
@@ -189,23 +215,29 @@ class Worker:
                 await self._heartbeat_safely()
                 await backoff.wait(server=self._server, stop=stop)
                 continue
-            if claimed and self._free() > 0:
+            if claimed and self._room() > 0:
                 continue
             poll = self.config.poll_s * random.uniform(0.8, 1.2)
             await _wait_any(stop, self._wake, timeout=poll)
 
-    def _free(self) -> int:
+    def _room(self) -> int:
+        """How many more jobs this worker may claim now: running, waiting and claimed
+        together stay within concurrency + prefetch."""
         if any(r.suspect for r in self._running.values()):
             return 0  # a suspect runs alone
-        return self.config.concurrency - len(self._running)
+        return self._holds - len(self._running) - len(self._waiting)
+
+    def _held(self) -> list[JobContext]:
+        """Every job this worker holds a lease on and has not finished."""
+        return [r.ctx for r in self._running.values()] + [w.ctx for w in self._waiting]
 
     async def _claim_once(self) -> int:
         claimed = 0
         for queue in self.config.queues:  # one queue per call: see codity.claim
-            free = self._free()
-            if free <= 0:
+            room = self._room()
+            if room <= 0:
                 break
-            claimed += await self._claim_and_start(queue, free)
+            claimed += await self._claim_and_start(queue, room)
         return claimed
 
     async def _claim_and_start(self, queue: str, limit: int) -> int:
@@ -216,17 +248,14 @@ class Worker:
                 "queue": queue,
                 "limit": limit,
                 # A job that crashed a worker before is taken only by an idle worker.
-                "suspects": not self._running,
+                "suspects": not self._running and not self._waiting,
             },
         )
         for job in jobs:
-            if job.accepted:
-                self._spawn(queue, job)
-            else:
-                log.info("job %s was taken back before it started", job.job_id)
+            self._accept(queue, job)
         return len(jobs)
 
-    def _spawn(self, queue: str, job: ClaimedJob) -> None:
+    def _accept(self, queue: str, job: ClaimedJob) -> None:
         ctx = JobContext(
             job_id=job.job_id,
             attempt=job.attempt,
@@ -237,12 +266,24 @@ class Worker:
         )
         if job.crashes:
             ctx.logger.warning("its lease expired %d time(s) before: running it alone", job.crashes)
-        task = asyncio.create_task(self._run_job(ctx, job.payload, job.timeout_seconds))
-        self._running[ctx.job_id] = _Running(ctx, task, suspect=job.crashes > 0)
-        task.add_done_callback(functools.partial(self._finished, ctx.job_id))
+        self._waiting.append(_Waiting(ctx, job.payload, job.timeout_seconds, job.crashes > 0))
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Begin waiting jobs, oldest claim first, while a slot is free."""
+        while self._waiting and len(self._running) < self.config.concurrency:
+            waiting = self._waiting.popleft()
+            ctx = waiting.ctx
+            if ctx.is_cancelled:  # cancelled or reaped while it waited: nothing to report
+                ctx.logger.info("cancelled or lost before it began; not run")
+                continue
+            task = asyncio.create_task(self._run_job(ctx, waiting.payload, waiting.timeout_s))
+            self._running[ctx.job_id] = _Running(ctx, task, waiting.suspect)
+            task.add_done_callback(functools.partial(self._finished, ctx.job_id))
 
     def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._running.pop(job_id, None)
+        self._start_waiting()
         self._wake.set()  # a slot is free: there may be more to claim
 
     # -- running one job -------------------------------------------------------
@@ -289,7 +330,7 @@ class Worker:
         """One heartbeat; a lost connection is only logged (the next one will do)."""
         assert self.worker_id is not None
         try:
-            await self._reporter.heartbeat(self.worker_id, [r.ctx for r in self._running.values()])
+            await self._reporter.heartbeat(self.worker_id, self._held())
         except TRANSIENT as exc:
             log.warning("heartbeat failed (%s)", type(exc).__name__)
         except CodityError as exc:  # CD005: someone deregistered this worker
@@ -298,6 +339,12 @@ class Worker:
     # -- draining --------------------------------------------------------------
 
     async def _drain(self) -> None:
+        if self._waiting:
+            log.info("releasing %d prefetched job(s) that had not begun", len(self._waiting))
+        while self._waiting:
+            waiting = self._waiting.popleft()
+            if not waiting.ctx.is_cancelled:
+                self._reporter.release(waiting.ctx)
         entries = list(self._running.values())
         if entries:
             log.info("draining %d job(s) for up to %.0fs", len(entries), self.config.grace_s)

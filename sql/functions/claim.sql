@@ -33,12 +33,19 @@
 -- always claimed alone, and a caller that holds other jobs passes p_suspects => false to
 -- get none at all (the Python worker claims suspects only when idle, and claims nothing
 -- else while one runs). The crash is then pinned on the job that causes it.
+--
+-- Claim and start in one write: a caller that runs every job it claims right away passes
+-- p_start => true and gets them running (started_at = the claim's time), their execution
+-- rows inserted running, instead of writing each job row and execution row a second time
+-- through start_many (migration 0012). The default stays a plain claim, for clients that
+-- start each job when its handler begins.
 
 CREATE OR REPLACE FUNCTION codity.claim(
     p_worker_id bigint,
     p_queue text,
     p_limit integer DEFAULT 1,
     p_suspects boolean DEFAULT true,
+    p_start boolean DEFAULT false,
     p_now timestamptz DEFAULT now()
 )
 RETURNS TABLE (
@@ -88,6 +95,9 @@ BEGIN
         RETURN;
     END IF;
     PERFORM codity._check_transition('queued', 'claimed');
+    IF p_start THEN
+        PERFORM codity._check_transition('claimed', 'running');
+    END IF;
 
     RETURN QUERY
     WITH picked AS MATERIALIZED (
@@ -117,10 +127,10 @@ BEGIN
     ),
     claimed AS (
         UPDATE codity.jobs j
-        SET status = 'claimed',
+        SET status = CASE WHEN p_start THEN 'running' ELSE 'claimed' END::codity.job_status,
             worker_id = p_worker_id,
             claimed_at = p_now,
-            started_at = NULL,
+            started_at = CASE WHEN p_start THEN p_now END,
             lock_expires_at = p_now + pg_catalog.make_interval(secs => v_queue.lease_seconds),
             attempt = j.attempt + 1,
             execution_seq = j.execution_seq + 1,
@@ -130,8 +140,11 @@ BEGIN
         RETURNING j.*
     ),
     executions AS (
-        INSERT INTO codity.job_executions (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at)
-        SELECT c.id, c.queue_id, c.execution_seq, c.attempt, p_worker_id, 'claimed', p_now
+        INSERT INTO codity.job_executions
+            (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at, started_at)
+        SELECT c.id, c.queue_id, c.execution_seq, c.attempt, p_worker_id,
+               CASE WHEN p_start THEN 'running' ELSE 'claimed' END::codity.execution_status,
+               p_now, c.started_at
         FROM claimed c
     )
     SELECT c.id, c.execution_seq, c.task, c.payload, c.attempt, c.max_attempts, c.priority,
@@ -141,7 +154,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.claim(bigint, text, integer, boolean, timestamptz) IS
+COMMENT ON FUNCTION codity.claim(bigint, text, integer, boolean, boolean, timestamptz) IS
 'Atomically claim up to p_limit due jobs of one queue for a worker; each comes with its fence token.
 
 FOR UPDATE SKIP LOCKED in priority DESC, run_at, id order: concurrent workers never get
@@ -151,10 +164,12 @@ complete, fail and release must present. A paused queue returns no rows. The que
 of the worker''s project, and one it registered for (any of its project''s when it named
 none). A job with a crash on record (crashes > 0) comes alone in its batch, and not at
 all with p_suspects => false: pass that while the worker holds other jobs, so a job that
-kills its worker takes nothing healthy down with it. Raises CD001 (unknown queue), CD004
+kills its worker takes nothing healthy down with it. With p_start => true the jobs come
+back already running (claim and start in one write), for a caller that starts all it
+claims. Raises CD001 (unknown queue), CD004
 (unknown worker), CD005 (worker not active),
 CD010 (limit outside 1..1000), CD023 (the worker did not register for that queue).
-Example: SELECT * FROM codity.claim(1, ''emails'', 10);';
+Example: SELECT * FROM codity.claim(1, ''emails'', 10, p_start => true);';
 
-REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, boolean, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, boolean, timestamptz) TO codity_app, codity_worker;
+REVOKE ALL ON FUNCTION codity.claim(bigint, text, integer, boolean, boolean, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.claim(bigint, text, integer, boolean, boolean, timestamptz) TO codity_app, codity_worker;

@@ -219,3 +219,37 @@ BEGIN
     ASSERT (SELECT count(*) FROM codity.claim(v_worker, 'claim-bad', 1000, p_now => t0)) = 1, 'limit 1000 is allowed';
 END;
 $$;
+
+-- p_start: the claim starts what it claims, in the same write; without it the job waits
+-- claimed for codity.start. Either way the lease, the attempt and the fence are the same.
+DO $$
+DECLARE
+    t0 timestamptz := '2030-01-01 12:00:00+00';
+    v_worker bigint;
+    c record;
+    p record;
+BEGIN
+    PERFORM codity.create_queue('claim-start', p_lease_seconds => 30);
+    v_worker := codity.register_worker('w-claim-start', p_now => t0);
+    PERFORM codity.enqueue('claim-start', 'started', p_now => t0);
+    PERFORM codity.enqueue('claim-start', 'plain', p_now => t0);
+
+    SELECT * INTO c FROM codity.claim(v_worker, 'claim-start', p_start => true, p_now => t0);
+    ASSERT c.task = 'started' AND c.fence = 1 AND c.attempt = 1
+           AND c.lease_expires_at = t0 + interval '30 seconds', format('started claim: %s', c);
+    ASSERT (SELECT status = 'running' AND claimed_at = t0 AND started_at = t0 AND worker_id = v_worker
+            FROM codity.jobs WHERE id = c.job_id), 'the job comes back running, started at the claim';
+    ASSERT (SELECT status = 'running' AND started_at = t0 AND finished_at IS NULL
+            FROM codity.job_executions WHERE job_id = c.job_id AND execution_seq = c.fence),
+           'its execution is running too';
+    ASSERT (SELECT outcome = 'already_applied' FROM codity.start(c.job_id, c.fence, p_now => t0)),
+           'starting it again is a repeat, not a change';
+    ASSERT (SELECT job_status = 'completed' FROM codity.complete(c.job_id, c.fence, p_now => t0)),
+           'it completes like any running job';
+
+    SELECT * INTO p FROM codity.claim(v_worker, 'claim-start', p_now => t0);
+    ASSERT p.task = 'plain', format('plain claim: %s', p);
+    ASSERT (SELECT status = 'claimed' AND started_at IS NULL FROM codity.jobs WHERE id = p.job_id),
+           'without p_start the job waits for codity.start';
+END;
+$$;

