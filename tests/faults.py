@@ -136,6 +136,11 @@ _REPEAT_IS_STALE = (
         "AND x.status = p_closed_as",
         "AND x.status = p_closed_as AND false  -- FAULT repeat_is_stale",
     ),
+    Patch(
+        "_fenced_batch_outcome.sql",
+        "v_job.status = 'running' AND v_job.execution_seq = v_pair.fence) THEN",
+        "v_job.status = 'running' AND v_job.execution_seq = v_pair.fence AND false) THEN",
+    ),
     Patch("fail.sql", "AND x.status = 'failed') THEN", "AND x.status = 'failed' AND false) THEN"),
     Patch(
         "release.sql",

@@ -56,6 +56,7 @@ class ClaimStorm:
     loops_gave_up: int
     db_attempt_not_one: int
     db_jobs_with_several_executions: int
+    db_fence_rejections: int
     db_max_execution_seq: int
     db_left_queued: int
     db_completed: int
@@ -85,6 +86,7 @@ class ClaimStorm:
             f"  completed           {self.db_completed:>6}",
             f"  db: attempt <> 1    {self.db_attempt_not_one:>6}",
             f"  db: >1 execution    {self.db_jobs_with_several_executions:>6}",
+            f"  db: fence rejected  {self.db_fence_rejections:>6}",
             f"  db: max fence       {self.db_max_execution_seq:>6}",
             f"  stale-fence refusals {self.rejected_calls:>5}",
             f"  errors              {len(self.errors):>6}",
@@ -198,7 +200,9 @@ def run_claim_storm(
                         JOIN codity.jobs j2 ON j2.id = x.job_id
                         JOIN codity.queues q2 ON q2.id = j2.queue_id
                         WHERE q2.name = %(queue)s
-                        GROUP BY x.job_id HAVING count(*) > 1) AS several)
+                        GROUP BY x.job_id HAVING count(*) > 1) AS several),
+                   (SELECT count(*) FROM codity.fence_rejections r
+                    JOIN codity.queues q3 ON q3.id = r.queue_id WHERE q3.name = %(queue)s)
             FROM codity.jobs j JOIN codity.queues q ON q.id = j.queue_id
             WHERE q.name = %(queue)s
             """,
@@ -219,6 +223,7 @@ def run_claim_storm(
         db_completed=db[2],
         db_max_execution_seq=db[3],
         db_jobs_with_several_executions=db[4],
+        db_fence_rejections=db[5],
     )
 
 
@@ -232,6 +237,7 @@ def assert_no_job_handed_out_twice(storm: ClaimStorm) -> None:
     # Database side: attempt, executions and fence, counted independently of the client.
     assert storm.db_attempt_not_one == 0, report
     assert storm.db_jobs_with_several_executions == 0, report
+    assert storm.db_fence_rejections == 0, report
     assert storm.db_max_execution_seq == 1, report
     assert storm.db_left_queued == 0, report
     assert storm.db_completed == storm.jobs, report

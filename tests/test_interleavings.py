@@ -202,11 +202,12 @@ def job_row(conn: Conn, job_id: int) -> dict[str, Any]:
 
 
 def executions(conn: Conn, job_id: int) -> list[tuple[int, str, int, bool]]:
-    """(execution_seq, status, attempt, attempt_refunded) per execution, in order."""
+    """(fence, status, attempt, attempt_refunded) per attempt, in order: the closed ones
+    from job_executions, the one still held from the job row (codity.execution_overview)."""
     rows = conn.execute(
         """
-        SELECT execution_seq, status::text, attempt, attempt_refunded
-        FROM codity.job_executions WHERE job_id = %s ORDER BY execution_seq
+        SELECT fence, status::text, attempt, attempt_refunded
+        FROM codity.execution_overview WHERE job_id = %s ORDER BY fence
         """,
         [job_id],
     ).fetchall()

@@ -400,10 +400,17 @@ def test_sigterm_under_load_drains_releases_unfinished_jobs_and_exits_zero(
     special = medium + held
     worker = procs.worker("drain", concurrency=5, SHUTDOWN_GRACE_MS="3000")
     with Ticker(probe.url, interval=0.2):  # a lapse of heartbeats during the drain would be reaped
+        # 'running' in the database is also true of a prefetched job still waiting for a
+        # slot; once the load is completed, the five slots hold the five slow jobs.
         wait_until(
             lambda: probe.value(
                 "SELECT count(*) = 5 FROM codity.jobs WHERE id = ANY(%s) AND status = 'running'",
                 [special],
+            )
+            and probe.value(
+                "SELECT count(*) = 0 FROM codity.jobs WHERE id = ANY(%s)"
+                " AND status <> 'completed'",
+                [load],
             ),
             timeout=60,
             what="the load is done and the five slow jobs are running",
@@ -422,13 +429,18 @@ def test_sigterm_under_load_drains_releases_unfinished_jobs_and_exits_zero(
     for job in held:
         assert probe.one("SELECT attempt FROM codity.jobs WHERE id = %s", [job]) == (0,)
         assert [(x[3], x[4]) for x in _executions(probe, job)] == [("released", True)]
-    # The claim loop stopped at SIGTERM: the backlog was not touched.
+    # The claim loop stopped at SIGTERM and no backlog job ran: the few the worker had
+    # prefetched (at most its concurrency) were given back at once, uncharged.
     assert Counter(jobs[j] for j in backlog) == {"queued": 100}
+    prefetched = probe.value(
+        "SELECT count(*) FROM codity.job_executions WHERE job_id = ANY(%s)", [backlog]
+    )
+    assert 0 <= prefetched <= 5
     # Nothing held, nothing charged for a release, nothing reaped, nothing completed twice.
     assert probe.rows(
         "SELECT status::text, attempt_refunded, count(*) FROM codity.job_executions "
         "GROUP BY 1, 2 ORDER BY 1"
-    ) == [("completed", False, 203), ("released", True, 2)]
+    ) == [("completed", False, 203), ("released", True, 2 + prefetched)]
     assert (
         probe.value("SELECT count(*) FROM codity.jobs WHERE status IN ('claimed', 'running')") == 0
     )

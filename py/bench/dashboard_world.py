@@ -13,7 +13,7 @@ dead_letter           10 %       one failed execution each + a dead letter
 queued (claimable)    5.8 %      none
 scheduled             2 %        none (due within a day)
 cancelled             2 %        none
-running               0.2 %      one running execution, held by a live worker
+running               0.2 %      none until its attempt ends (live worker)
 ====================  =========  ==========================================
 
 Finishes are spread over the last 24 hours, so the last hour holds about 1/24 of the
@@ -88,13 +88,12 @@ INSERT INTO codity.job_executions (job_id, queue_id, execution_seq, attempt, wor
 SELECT j.id, j.queue_id, 1, 1,
        coalesce(j.worker_id, w.ids[1 + j.id %% array_length(w.ids, 1)]),
        CASE j.status WHEN 'completed' THEN 'completed'::codity.execution_status
-                     WHEN 'dead_letter' THEN 'failed'::codity.execution_status
-                     ELSE 'running'::codity.execution_status END,
+                     ELSE 'failed'::codity.execution_status END,
        j.claimed_at, j.started_at, j.finished_at, j.last_error,
        CASE j.status WHEN 'completed' THEN '{"ok": true}'::jsonb END
 FROM codity.jobs j
 CROSS JOIN (SELECT array_agg(id ORDER BY id) AS ids FROM codity.workers) w
-WHERE j.status IN ('completed', 'dead_letter', 'running')
+WHERE j.status IN ('completed', 'dead_letter')
   AND j.id BETWEEN %(lo)s::bigint AND %(hi)s::bigint
 """
 

@@ -5,6 +5,7 @@
 --   applied          its job is in p_done (the first position naming that job and fence);
 --   already_applied  the execution of this fence already ended the way the call asks
 --                    (p_closed_as: a repeat by the fence's owner, e.g. after a lost COMMIT),
+--                    or, for start, the job is running under this fence,
 --                    or it repeats a position of this batch: nothing changed, nothing logged;
 --   stale            the fence is no longer current or the job no longer held: recorded in
 --                    codity.fence_rejections and reported not accepted;
@@ -71,10 +72,12 @@ BEGIN
             END IF;
             CONTINUE;
         END IF;
+        -- Done before with this fence: an execution closed that way, or (start) the job
+        -- still running under it — a held attempt has no execution row yet (migration 0013).
         IF EXISTS (
             SELECT 1 FROM codity.job_executions x
             WHERE x.job_id = v_pair.job_id AND x.execution_seq = v_pair.fence AND x.status = p_closed_as
-        ) THEN
+        ) OR (p_to = 'running' AND v_job.status = 'running' AND v_job.execution_seq = v_pair.fence) THEN
             RETURN QUERY SELECT v_pair.job_id, true, 'already_applied'::codity.call_outcome, v_job.status,
                                 pg_catalog.format('already %s with fence %s; nothing changed',
                                                   p_closed_as, v_pair.fence);

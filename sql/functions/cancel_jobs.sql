@@ -37,7 +37,6 @@ DECLARE
     v_queue_id bigint;
     v_locked_ids bigint[];
     v_locked_statuses codity.job_status[];
-    v_locked_seqs integer[];
 BEGIN
     PERFORM codity._check_clock(p_now);
     v_ids := codity._bulk_job_ids(p_job_ids);
@@ -49,11 +48,10 @@ BEGIN
         ORDER BY j.queue_id
     LOOP
         SELECT coalesce(array_agg(l.id ORDER BY l.id), '{}'),
-               coalesce(array_agg(l.status ORDER BY l.id), '{}'),
-               coalesce(array_agg(l.execution_seq ORDER BY l.id), '{}')
-        INTO v_locked_ids, v_locked_statuses, v_locked_seqs
+               coalesce(array_agg(l.status ORDER BY l.id), '{}')
+        INTO v_locked_ids, v_locked_statuses
         FROM (
-            SELECT j.id, j.status, j.execution_seq FROM codity.jobs j
+            SELECT j.id, j.status FROM codity.jobs j
             WHERE j.queue_id = v_queue_id AND j.id = ANY(v_ids)
             ORDER BY j.id
             FOR UPDATE
@@ -67,11 +65,16 @@ BEGIN
           AND l.status IN (SELECT t.from_status FROM codity.job_transitions t
                            WHERE t.to_status = 'cancelled');
 
-        UPDATE codity.job_executions x
-        SET status = 'cancelled', finished_at = p_now, error = 'cancelled by an operator'
-        FROM unnest(v_locked_ids, v_locked_statuses, v_locked_seqs) AS l(id, status, seq)
-        WHERE x.queue_id = v_queue_id AND x.job_id = l.id AND x.execution_seq = l.seq
-          AND l.status IN ('claimed', 'running');
+        -- A held job's attempt ends here: its execution row is written now (the job row
+        -- still holds the attempt's worker and times).
+        INSERT INTO codity.job_executions
+            (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at,
+             started_at, finished_at, error)
+        SELECT j.id, j.queue_id, j.execution_seq, j.attempt, j.worker_id, 'cancelled',
+               j.claimed_at, j.started_at, p_now, 'cancelled by an operator'
+        FROM codity.jobs j
+        JOIN unnest(v_locked_ids, v_locked_statuses) AS l(id, status) ON l.id = j.id
+        WHERE j.queue_id = v_queue_id AND l.status IN ('claimed', 'running');
 
         RETURN QUERY
         SELECT l.id,

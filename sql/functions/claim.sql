@@ -17,8 +17,10 @@
 -- One queue per call: a statement that locks rows must stay on one queue so the jobs
 -- table can later be distributed by queue (DESIGN.md, "Room to scale out").
 --
--- Every claimed job gets a new execution_seq (the fence token) and an execution row.
--- The attempt is charged here; reap and release give it back.
+-- Every claimed job gets a new execution_seq (the fence token); the attempt is charged
+-- here, and reap and release give it back. The attempt's execution row is written once,
+-- when it ends (complete, fail, release, reap, cancel: migration 0013); until then the job
+-- row is the record of it (worker, claimed_at, started_at, attempt, fence).
 -- A paused queue hands out nothing. Callers: the Python worker, any client.
 --
 -- Least privilege: the queue is looked up in the worker's own project (the worker row says
@@ -35,9 +37,8 @@
 -- else while one runs). The crash is then pinned on the job that causes it.
 --
 -- Claim and start in one write: a caller that runs every job it claims right away passes
--- p_start => true and gets them running (started_at = the claim's time), their execution
--- rows inserted running, instead of writing each job row and execution row a second time
--- through start_many (migration 0012). The default stays a plain claim, for clients that
+-- p_start => true and gets them running (started_at = the claim's time) instead of
+-- writing each job row a second time through start_many (migration 0012). The default stays a plain claim, for clients that
 -- start each job when its handler begins.
 
 CREATE OR REPLACE FUNCTION codity.claim(
@@ -138,14 +139,6 @@ BEGIN
         FROM chosen
         WHERE j.id = chosen.id
         RETURNING j.*
-    ),
-    executions AS (
-        INSERT INTO codity.job_executions
-            (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at, started_at)
-        SELECT c.id, c.queue_id, c.execution_seq, c.attempt, p_worker_id,
-               CASE WHEN p_start THEN 'running' ELSE 'claimed' END::codity.execution_status,
-               p_now, c.started_at
-        FROM claimed c
     )
     SELECT c.id, c.execution_seq, c.task, c.payload, c.attempt, c.max_attempts, c.priority,
            c.run_at, c.lock_expires_at, v_queue.job_timeout_seconds, c.created_at, c.crash_count

@@ -1,7 +1,8 @@
 -- codity.complete_many: running -> completed for a batch of jobs, in one round trip.
 --
 -- A worker finishing hundreds of short jobs a second reports them in batches (River's
--- batch completer); the audit row of each execution is closed in the same statement.
+-- batch completer); the audit row of each execution is written in the same statement, the
+-- only time it is written (migration 0013).
 -- Fenced per job: a stale fence changes nothing and is recorded ('stale'); a job already
 -- completed with this fence — a repeat after a lost COMMIT — is accepted as
 -- 'already_applied' and changes nothing, so a client may always resend a batch whose
@@ -65,13 +66,16 @@ BEGIN
         SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
         FROM batch b
         WHERE j.id = b.job_id AND j.execution_seq = b.fence AND j.status = 'running'
-        RETURNING j.id, j.execution_seq, b.result
+        RETURNING j.id, j.queue_id, j.execution_seq, j.attempt, j.worker_id, j.claimed_at,
+                  j.started_at, b.result
     ),
     executions AS (
-        UPDATE codity.job_executions x
-        SET status = 'completed', finished_at = p_now, result = d.result
+        INSERT INTO codity.job_executions
+            (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at, started_at,
+             finished_at, result)
+        SELECT d.id, d.queue_id, d.execution_seq, d.attempt, d.worker_id, 'completed',
+               d.claimed_at, d.started_at, p_now, d.result
         FROM done d
-        WHERE x.job_id = d.id AND x.execution_seq = d.execution_seq
     )
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM done d;
 

@@ -5,9 +5,9 @@
 -- from the identity sequence up front (OVERRIDING SYSTEM VALUE) so each result row can
 -- be matched to its position in the input even when idempotency conflicts skip rows.
 --
--- Idempotency: UNIQUE (queue_id, idempotency_key) with ON CONFLICT DO NOTHING. A
--- concurrent enqueue with the same key waits on the unique index until the other
--- transaction ends, then finds its job; duplicates inside one batch collapse to one job.
+-- Idempotency: a unique index on (queue_id, idempotency_key) over the jobs with a key
+-- (migration 0013), with ON CONFLICT DO NOTHING. A concurrent enqueue with the same key
+-- waits on the unique index until the other transaction ends, then finds its job; duplicates inside one batch collapse to one job.
 --
 -- Locks: none beyond the inserted rows (and the unique-index wait above).
 -- NOTIFY: one codity_v1 hint for the queue when any new job is due now.
@@ -97,7 +97,7 @@ BEGIN
                s.run_at, s.max_attempts, s.idempotency_key, p_now, p_now
         FROM spec s
         ORDER BY s.ord
-        ON CONFLICT (queue_id, idempotency_key) DO NOTHING
+        ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING j.id, j.status, j.run_at
     )
     SELECT array_agg(s.ord ORDER BY s.ord), array_agg(i.id ORDER BY s.ord),

@@ -86,12 +86,13 @@ BEGIN
     ) THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
     END IF;
+    -- The view: closed attempts from job_executions, the one still held from the job row.
     RETURN QUERY
-    SELECT x.execution_seq, x.attempt, x.status, x.worker_id, x.claimed_at, x.started_at,
+    SELECT x.fence, x.attempt, x.status, x.worker_id, x.claimed_at, x.started_at,
            x.finished_at, x.attempt_refunded, x.error, x.result
-    FROM codity.job_executions x
+    FROM codity.execution_overview x
     WHERE x.job_id = p_job_id
-    ORDER BY x.execution_seq;
+    ORDER BY x.fence;
 END;
 $$;
 

@@ -56,7 +56,7 @@ BEGIN
                  v_schedule.next_run_at, v_queue.max_attempts,
                  format('codity:cron:%s:%s', v_schedule.id, extract(epoch FROM v_schedule.next_run_at)::bigint),
                  v_schedule.id, p_now, p_now)
-            ON CONFLICT (queue_id, idempotency_key) DO NOTHING
+            ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING j.id INTO v_job_id;
 
             v_next := codity.cron_next(v_schedule.cron, p_now, v_schedule.time_zone);

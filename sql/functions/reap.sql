@@ -47,7 +47,7 @@ BEGIN
         -- Below the crash cap: back to queued, attempt refunded.
         RETURN QUERY
         WITH expired AS MATERIALIZED (
-            SELECT j.id FROM codity.jobs j
+            SELECT j.id, j.attempt, j.worker_id, j.claimed_at, j.started_at FROM codity.jobs j
             WHERE j.queue_id = v_queue.id
               AND j.status IN ('claimed', 'running')
               AND j.lock_expires_at <= p_now
@@ -67,14 +67,17 @@ BEGIN
               AND j.status IN ('claimed', 'running')
               AND j.lock_expires_at <= p_now
               AND j.crash_count + 1 < v_queue.max_crashes
-            RETURNING j.id, j.queue_id, j.execution_seq
+            RETURNING j.id, j.queue_id, j.execution_seq, e.attempt, e.worker_id, e.claimed_at,
+                      e.started_at
         ),
         closed AS (
-            UPDATE codity.job_executions x
-            SET status = 'reaped', finished_at = p_now, attempt_refunded = true,
-                error = 'lease expired: the worker stopped heartbeating'
+            INSERT INTO codity.job_executions
+                (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at,
+                 started_at, finished_at, attempt_refunded, error)
+            SELECT r.id, r.queue_id, r.execution_seq, r.attempt, r.worker_id, 'reaped',
+                   r.claimed_at, r.started_at, p_now, true,
+                   'lease expired: the worker stopped heartbeating'
             FROM requeued r
-            WHERE x.job_id = r.id AND x.execution_seq = r.execution_seq
         )
         SELECT r.id, r.queue_id, r.execution_seq, 'requeued'::text FROM requeued r;
 
@@ -85,7 +88,9 @@ BEGIN
 
         -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
         FOR v_dead IN
-            SELECT j.id, j.execution_seq, j.status, j.crash_count FROM codity.jobs j
+            SELECT j.id, j.queue_id, j.execution_seq, j.status, j.crash_count, j.attempt,
+                   j.worker_id, j.claimed_at, j.started_at
+            FROM codity.jobs j
             WHERE j.queue_id = v_queue.id
               AND j.status IN ('claimed', 'running')
               AND j.lock_expires_at <= p_now
@@ -96,10 +101,12 @@ BEGIN
         LOOP
             PERFORM codity._check_transition(v_dead.status, 'dead_letter', v_dead.id);
             UPDATE codity.jobs j SET crash_count = j.crash_count + 1 WHERE j.id = v_dead.id;
-            UPDATE codity.job_executions x
-            SET status = 'reaped', finished_at = p_now,
-                error = 'lease expired: the worker stopped heartbeating'
-            WHERE x.job_id = v_dead.id AND x.execution_seq = v_dead.execution_seq;
+            INSERT INTO codity.job_executions
+                (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at,
+                 started_at, finished_at, error)
+            VALUES (v_dead.id, v_dead.queue_id, v_dead.execution_seq, v_dead.attempt,
+                    v_dead.worker_id, 'reaped', v_dead.claimed_at, v_dead.started_at, p_now,
+                    'lease expired: the worker stopped heartbeating');
             PERFORM codity._dead_letter(
                 v_dead.id,
                 format('crashed: lease expired %s times (max_crashes %s)', v_dead.crash_count + 1, v_queue.max_crashes),

@@ -39,12 +39,6 @@ BEGIN
         FROM unnest(p_job_ids, p_fences) AS b(job_id, fence)
         WHERE j.id = b.job_id AND j.execution_seq = b.fence AND j.status = 'claimed'
         RETURNING j.id, j.execution_seq
-    ),
-    executions AS (
-        UPDATE codity.job_executions x
-        SET status = 'running', started_at = p_now
-        FROM started s
-        WHERE x.job_id = s.id AND x.execution_seq = s.execution_seq
     )
     SELECT coalesce(array_agg(s.id), '{}') INTO v_started FROM started s;
 

@@ -1,4 +1,4 @@
--- codity.claim: order, limit, lease, fence token, execution row, paused queues, bad input.
+-- codity.claim: order, limit, lease, fence token, the open attempt, paused queues, bad input.
 --
 -- Plain SQL that raises on failure; tests/test_sql_files.py runs the whole file in one call
 -- in a fresh database (one transaction: time moves only through p_now). Every block uses a
@@ -80,14 +80,16 @@ BEGIN
 END;
 $$;
 
--- What a claim writes: the lease, the charged attempt, the fence token and the execution row.
+-- What a claim writes: the lease, the charged attempt and the fence token, on the job row.
+-- The execution row waits for the attempt's end (migration 0013); until then the open
+-- attempt shows in codity.execution_overview, read from the job.
 DO $$
 DECLARE
     t0 timestamptz := '2030-01-01 12:00:00+00';
     v_worker bigint;
     c record;
     j codity.jobs;
-    x codity.job_executions;
+    x record;
 BEGIN
     PERFORM codity.create_queue('claim-lease', p_lease_seconds => 45, p_job_timeout_seconds => 120, p_max_attempts => 4);
     v_worker := codity.register_worker('w-lease', p_now => t0);
@@ -104,10 +106,12 @@ BEGIN
     ASSERT j.claimed_at = t0 + interval '5 seconds' AND j.lock_expires_at = c.lease_expires_at, 'claim time and lease stored';
     ASSERT j.attempt = 1 AND j.execution_seq = 1, 'attempt charged, fence issued';
 
-    SELECT * INTO x FROM codity.job_executions WHERE job_id = c.job_id;
-    ASSERT x.execution_seq = 1 AND x.attempt = 1 AND x.worker_id = v_worker AND x.queue_id = j.queue_id,
-        'one execution row per claim, with the fence and attempt';
-    ASSERT x.status = 'claimed' AND x.claimed_at = t0 + interval '5 seconds' AND x.finished_at IS NULL, 'the execution is open';
+    ASSERT NOT EXISTS (SELECT 1 FROM codity.job_executions WHERE job_id = c.job_id),
+        'no execution row while the attempt is held';
+    SELECT * INTO x FROM codity.execution_overview WHERE job_id = c.job_id;
+    ASSERT x.fence = 1 AND x.attempt = 1 AND x.worker_id = v_worker AND x.queue_id = j.queue_id,
+        'the open attempt is listed with its fence and attempt';
+    ASSERT x.status = 'claimed' AND x.claimed_at = t0 + interval '5 seconds' AND x.finished_at IS NULL, 'the attempt is open';
 END;
 $$;
 
@@ -240,8 +244,8 @@ BEGIN
     ASSERT (SELECT status = 'running' AND claimed_at = t0 AND started_at = t0 AND worker_id = v_worker
             FROM codity.jobs WHERE id = c.job_id), 'the job comes back running, started at the claim';
     ASSERT (SELECT status = 'running' AND started_at = t0 AND finished_at IS NULL
-            FROM codity.job_executions WHERE job_id = c.job_id AND execution_seq = c.fence),
-           'its execution is running too';
+            FROM codity.execution_overview WHERE job_id = c.job_id AND fence = c.fence),
+           'its attempt is listed running';
     ASSERT (SELECT outcome = 'already_applied' FROM codity.start(c.job_id, c.fence, p_now => t0)),
            'starting it again is a repeat, not a change';
     ASSERT (SELECT job_status = 'completed' FROM codity.complete(c.job_id, c.fence, p_now => t0)),

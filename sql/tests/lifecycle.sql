@@ -61,7 +61,7 @@ BEGIN
 END;
 $$;
 
--- start: claimed -> running, on the job and on its execution.
+-- start: claimed -> running, on the job (the attempt's execution row is written when it ends).
 DO $$
 DECLARE
     t0 timestamptz := '2030-01-01 12:00:00+00';
@@ -78,7 +78,7 @@ BEGIN
     ASSERT (SELECT status = 'running' AND started_at = t0 + interval '1 second' AND lock_expires_at = c.lease_expires_at
             FROM codity.jobs WHERE id = c.job_id), 'the job runs, its lease unchanged';
     ASSERT (SELECT status = 'running' AND started_at = t0 + interval '1 second' AND finished_at IS NULL
-            FROM codity.job_executions WHERE job_id = c.job_id AND execution_seq = c.fence), 'the execution runs';
+            FROM codity.execution_overview WHERE job_id = c.job_id AND fence = c.fence), 'the attempt runs';
 END;
 $$;
 

@@ -313,12 +313,11 @@ FROM (
 )
 
 _EXECUTIONS = """
-SELECT x.execution_seq, x.attempt, x.status::text AS status, x.worker_id, x.claimed_at,
-       x.started_at, x.finished_at, x.attempt_refunded, x.error, x.result
-FROM codity.job_executions x
-JOIN codity.queues q ON q.id = x.queue_id
-WHERE q.project_id = %(project_id)s AND x.queue_id = %(queue_id)s AND x.job_id = %(job_id)s
-ORDER BY x.execution_seq
+SELECT x.fence AS execution_seq, x.attempt, x.status::text AS status, x.worker_id,
+       x.claimed_at, x.started_at, x.finished_at, x.attempt_refunded, x.error, x.result
+FROM codity.execution_overview x
+WHERE x.project_id = %(project_id)s AND x.queue_id = %(queue_id)s AND x.job_id = %(job_id)s
+ORDER BY x.fence
 """
 
 _DEAD_LETTERS = """

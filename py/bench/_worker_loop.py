@@ -1,0 +1,60 @@
+"""The worker's loop as a pgbench script, and the pgbench to run it with.
+
+Both ceilings (``codity bench``'s and ``codity bench --against pgqueuer``'s) drive the
+engine with the worker's own two statements, verbatim: its claim
+(codity.worker.claim.CLAIM_AND_START, which starts what it claims) and its completion batch
+(codity.worker.reporter.COMPLETE_MANY, whose commit does not wait for its WAL), as two
+transactions like the worker's, with no handler and no Python in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+from codity.bench._workers import BenchError
+from codity.db.embedded import EmbeddedServerError, wheel_bin_dir
+from codity.worker.claim import CLAIM_AND_START
+from codity.worker.reporter import COMPLETE_MANY
+
+__all__ = ["pgbench_path", "worker_loop_script"]
+
+
+def pgbench_path(pg_bin: Path | None = None) -> Path:
+    """pgbench from CODITY_PG_BIN, else the embedded wheel's bin folder, else the PATH."""
+    candidates = [pg_bin] if pg_bin else []
+    with contextlib.suppress(EmbeddedServerError):
+        candidates.append(wheel_bin_dir())
+    for folder in candidates:
+        if (folder / "pgbench").exists():
+            return folder / "pgbench"
+    found = shutil.which("pgbench")
+    if found is None:
+        raise BenchError("pgbench not found: set CODITY_PG_BIN to a PostgreSQL bin folder")
+    return Path(found)
+
+
+def worker_loop_script() -> str:
+    """One claim of ``:batch`` jobs from queue ``:queue`` by worker ``:wbase + :client_id``,
+    then their completion; run with ``--protocol=prepared`` (variables become parameters)."""
+    claim = CLAIM_AND_START.strip()
+    for name, variable in (("worker", ":wid"), ("queue", ":queue"), ("limit", ":batch"),
+                           ("suspects", "true")):  # fmt: skip
+        claim = claim.replace(f"%({name})s", variable)
+    complete = COMPLETE_MANY
+    for placeholder, variable in (("%s::bigint[]", ":ids::bigint[]"),
+                                  ("%s::integer[]", ":fences::integer[]"),
+                                  ("%s::jsonb[]", "NULL::jsonb[]")):  # fmt: skip
+        complete = complete.replace(placeholder, variable, 1)
+    if "%" in claim + complete:
+        raise BenchError("a worker statement has a parameter the pgbench script does not fill")
+    return "\n".join([
+        "\\set wid :wbase + :client_id",
+        "SELECT coalesce(pg_catalog.array_agg(r.job_id ORDER BY r.job_id), '{}') AS ids,",
+        "       coalesce(pg_catalog.array_agg(r.fence ORDER BY r.job_id), '{}') AS fences",
+        f"FROM ({claim}) AS r",
+        "\\gset",
+        f"{complete};",
+        "",
+    ])  # fmt: skip
