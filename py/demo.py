@@ -50,6 +50,11 @@ def _reset(conn: psycopg.Connection[Any]) -> None:
         "DELETE FROM codity.queues "
         "WHERE project_id = (SELECT id FROM codity.projects WHERE is_default)"
     )
+    # Worker ids on jobs and executions are not foreign keys (migration 0014): a reset that
+    # removes workers clears what referred to them first.
+    gone = "(SELECT id FROM codity.workers WHERE status <> 'active')"
+    conn.execute(f"UPDATE codity.jobs SET worker_id = NULL WHERE worker_id IN {gone}")
+    conn.execute(f"UPDATE codity.job_executions SET worker_id = NULL WHERE worker_id IN {gone}")
     conn.execute("DELETE FROM codity.workers WHERE status <> 'active'")
 
 

@@ -95,11 +95,15 @@ class PgProxy:
             tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            # Close both sides before any await: if this handler is cancelled (the proxy
+            # stopping) while it waits below, no socket may be left open for the garbage
+            # collector to warn about in a later test.
+            for writer in writers:
+                writer.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             for writer in writers:
-                writer.close()
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
 
@@ -139,6 +143,10 @@ class PgProxy:
             self._loop = loop
             try:
                 loop.run_until_complete(main())
+                # Let the transports closed last run their connection_lost callbacks,
+                # which close the sockets, before the loop goes.
+                for _ in range(3):
+                    loop.run_until_complete(asyncio.sleep(0))
             finally:
                 loop.close()
 

@@ -403,14 +403,17 @@ def test_sigterm_under_load_drains_releases_unfinished_jobs_and_exits_zero(
         # 'running' in the database is also true of a prefetched job still waiting for a
         # slot; once the load is completed, the five slots hold the five slow jobs.
         wait_until(
-            lambda: probe.value(
-                "SELECT count(*) = 5 FROM codity.jobs WHERE id = ANY(%s) AND status = 'running'",
-                [special],
-            )
-            and probe.value(
-                "SELECT count(*) = 0 FROM codity.jobs WHERE id = ANY(%s)"
-                " AND status <> 'completed'",
-                [load],
+            lambda: (
+                probe.value(
+                    "SELECT count(*) = 5 FROM codity.jobs WHERE id = ANY(%s)"
+                    " AND status = 'running'",
+                    [special],
+                )
+                and probe.value(
+                    "SELECT count(*) = 0 FROM codity.jobs WHERE id = ANY(%s)"
+                    " AND status <> 'completed'",
+                    [load],
+                )
             ),
             timeout=60,
             what="the load is done and the five slow jobs are running",
