@@ -378,7 +378,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="WORKER_PREFETCH: claimed jobs held beyond --concurrency, waiting for a slot"
-        " (default: as many as --concurrency; 0 for long jobs)",
+        " (default: 3 x --concurrency; 0 for long jobs)",
     )
     worker.add_argument(
         "--app-dir",

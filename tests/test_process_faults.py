@@ -432,13 +432,13 @@ def test_sigterm_under_load_drains_releases_unfinished_jobs_and_exits_zero(
     for job in held:
         assert probe.one("SELECT attempt FROM codity.jobs WHERE id = %s", [job]) == (0,)
         assert [(x[3], x[4]) for x in _executions(probe, job)] == [("released", True)]
-    # The claim loop stopped at SIGTERM and no backlog job ran: the few the worker had
-    # prefetched (at most its concurrency) were given back at once, uncharged.
+    # The claim loop stopped at SIGTERM and no backlog job ran: those the worker had
+    # prefetched (at most its prefetch, 3 x 5) were given back at once, uncharged.
     assert Counter(jobs[j] for j in backlog) == {"queued": 100}
     prefetched = probe.value(
         "SELECT count(*) FROM codity.job_executions WHERE job_id = ANY(%s)", [backlog]
     )
-    assert 0 <= prefetched <= 5
+    assert 0 <= prefetched <= 15
     # Nothing held, nothing charged for a release, nothing reaped, nothing completed twice.
     assert probe.rows(
         "SELECT status::text, attempt_refunded, count(*) FROM codity.job_executions "

@@ -19,7 +19,7 @@ __all__ = ["BEGIN", "END", "HEADING", "render_against", "render_block", "write_a
 
 BEGIN = "<!-- BEGIN codity bench against pgqueuer: generated; rerun the command below -->"
 END = "<!-- END codity bench against pgqueuer -->"
-HEADING = "## Against PGQueuer (issue 12 baseline)"
+HEADING = "## Against PGQueuer (issue 12)"
 X = "\N{MULTIPLICATION SIGN}"
 
 

@@ -14,9 +14,10 @@ The Reporter (reporter.py) owns every outcome and the worker's one write lock; t
 (listener.py) owns the wake-ups; this module owns the claim, the job tasks and shutdown.
 
 Prefetch: the worker holds up to ``prefetch`` claimed jobs beyond its ``concurrency``
-(default: as many again), waiting in memory for a free slot, so the next claim's round trip
-overlaps the running handlers instead of following them, and claims come in batches. They
-are running in the database from the claim on and heartbeated like the others; on stop they
+(default: three times the concurrency), waiting in memory for a free slot, so the next
+claim's round trip overlaps the running handlers instead of following them. A busy worker
+claims once half its holding room is free, so claims come in batches. Prefetched jobs are
+running in the database from the claim on and heartbeated like the others; on stop they
 are released at once (attempt not charged). ``--prefetch 0`` suits long jobs that another
 idle worker should rather take (docs/DESIGN_DECISIONS.md 43).
 
@@ -74,7 +75,8 @@ class WorkerConfig:
     queues: tuple[str, ...]
     concurrency: int = 5
     prefetch: int | None = None
-    """Claimed jobs held beyond ``concurrency``, waiting for a slot; None: as many again."""
+    """Claimed jobs held beyond ``concurrency``, waiting for a slot; None: three times the
+    concurrency (the worker holds four times its concurrency, as Celery's default does)."""
     heartbeat_s: float = 5.0
     poll_s: float = 5.0
     grace_s: float = 30.0
@@ -116,9 +118,11 @@ class Worker:
         self._pool: AsyncConnectionPool | None = None
         self._running: dict[int, _Running] = {}
         self._waiting: collections.deque[_Waiting] = collections.deque()
-        self._holds = config.concurrency + (
-            config.concurrency if config.prefetch is None else config.prefetch
-        )
+        prefetch = 3 * config.concurrency if config.prefetch is None else config.prefetch
+        self._holds = config.concurrency + prefetch
+        # A busy worker claims once half its holding room is free, so each claim (a durable
+        # commit) carries a batch; without a prefetch to cover the wait, at every free slot.
+        self._low_water = max(1, min(prefetch, self._holds // 2))
         self._wake = asyncio.Event()
         self._reporter = Reporter(self._call, self._server)
         self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s))
@@ -235,7 +239,8 @@ class Worker:
         claimed = 0
         for queue in self.config.queues:  # one queue per call: see codity.claim
             room = self._room()
-            if room <= 0:
+            busy = bool(self._running or self._waiting)
+            if room <= 0 or (busy and room < self._low_water):
                 break
             claimed += await self._claim_and_start(queue, room)
         return claimed
