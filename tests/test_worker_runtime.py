@@ -304,3 +304,29 @@ def test_prefetched_jobs_wait_for_a_slot_keep_their_leases_and_are_released_on_s
         "SELECT status::text, attempt_refunded FROM codity.job_executions"
     ).fetchall()
     assert executions == [("released", True)] * (1 + prefetch)
+
+
+def test_a_worker_holding_more_than_one_claim_allows_claims_in_parts(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    # Concurrency 600 with the default prefetch holds 2,400 jobs; one claim hands out at
+    # most 1,000 (CD010 above), which once stopped such a worker at its first claim.
+    _setup(conn)
+    registry = Registry()
+
+    @registry.task("noop")
+    async def noop(payload: Any, ctx: JobContext) -> None:
+        return None
+
+    conn.execute(
+        "SELECT codity.enqueue_many('work', %s)",
+        [psycopg.types.json.Jsonb([{"task": "noop"} for _ in range(1_200)])],
+    )
+    asyncio.run(
+        _run_until(
+            db_url, registry, lambda: _statuses(conn) == {"completed": 1_200}, concurrency=600
+        )
+    )
+    assert conn.execute(
+        "SELECT count(*), count(DISTINCT job_id) FROM codity.job_executions"
+    ).fetchone() == (1_200, 1_200)

@@ -68,6 +68,8 @@ T = TypeVar("T")
 # refunded) and the process exits, instead of retrying forever.
 _EXIT_REPORTS_S = 5.0
 _GIVE_UP_ON: tuple[type[BaseException], ...] = (*TRANSIENT, TimeoutError)
+MAX_CLAIM = 1000
+"""The most one codity.claim hands out (CD010 above): a worker holding more claims in parts."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,7 @@ class Worker:
             busy = bool(self._running or self._waiting)
             if room <= 0 or (busy and room < self._low_water):
                 break
-            claimed += await self._claim_and_start(queue, room)
+            claimed += await self._claim_and_start(queue, min(room, MAX_CLAIM))
         return claimed
 
     async def _claim_and_start(self, queue: str, limit: int) -> int:
