@@ -23,7 +23,7 @@ from codity.bench._against_model import (
     PGQUEUER,
     AgainstOptions,
     AgainstReport,
-    CeilingRun,
+    Ceiling,
     DrainRun,
     EnqueueRun,
     PickupRun,
@@ -48,23 +48,15 @@ ROWS = (
 )
 
 
-def _summary(output: str) -> dict[str, list[str]]:
-    """Rows of the side-by-side table: label -> [Codity, PGQueuer, ratio]."""
+def _rows(output: str, cells: int) -> dict[str, list[str]]:
+    """The rows of the printed tables with ``cells`` columns: first cell -> the others.
+    The side-by-side table has 4 (label, Codity, PGQueuer, ratio), the ceiling's 5 (drain,
+    jobs/s, WAL per job, CPU per job, share)."""
     rows = {}
     for line in output.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 4:
-            rows[cells[0]] = cells[1:]
-    return rows
-
-
-def _ceiling_rows(output: str) -> dict[str, list[str]]:
-    """Rows of the ceiling table: drain -> [jobs/s, WAL per job, CPU per job, share]."""
-    rows = {}
-    for line in output.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 5:
-            rows[cells[0]] = cells[1:]
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(row) == cells:
+            rows[row[0]] = row[1:]
     return rows
 
 
@@ -88,7 +80,7 @@ def test_quick_run_reports_both_systems_side_by_side(pg_server_url: str) -> None
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr[-5000:]
-    rows = _summary(run.stdout)
+    rows = _rows(run.stdout, 4)
 
     for label in ROWS:
         ours, theirs, ratio = rows[label]
@@ -98,7 +90,7 @@ def test_quick_run_reports_both_systems_side_by_side(pg_server_url: str) -> None
         p50, p99 = (float(x) for x in re.findall(r"[\d.]+", cell)[:2])
         assert 0 < p50 <= p99, cell
     assert "PGQueuer 1.6." in run.stdout
-    ceiling = _ceiling_rows(run.stdout)
+    ceiling = _rows(run.stdout, 5)
     for name in CEILINGS:
         rate, wal, _cpu, share = ceiling[name]
         assert _number(rate) > 0 and _number(wal) > 0 and _number(share) > 0, (name, ceiling)
@@ -130,7 +122,7 @@ def _report() -> AgainstReport:
         EnqueueRun(system, 10, batch, 1.0) for system in (CODITY, PGQUEUER) for batch in (1, 1_000)
     )
     pickups = tuple(PickupRun(s, (2.0, 3.0), (1.0, 2.0)) for s in (CODITY, PGQUEUER))
-    ceilings = tuple(CeilingRun(name, 10, 0.5, 10_000, 0.005) for name in CEILINGS)
+    ceilings = tuple(Ceiling(name, (run,)) for name in CEILINGS)
     machine = Machine(2, "cpu", 1.0, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), "py", "pg", ())
     return AgainstReport(
         options=AgainstOptions.quick_defaults(),

@@ -16,7 +16,7 @@ __all__ = [
     "PGQUEUER",
     "AgainstOptions",
     "AgainstReport",
-    "CeilingRun",
+    "Ceiling",
     "Config",
     "DrainRun",
     "EnqueueRun",
@@ -100,11 +100,10 @@ class DrainRun:
         return self.wal_bytes / self.jobs
 
 
-@dataclass(frozen=True, slots=True)
-class Series:
-    """Every round of one configuration."""
+class _Medians:
+    """Medians over the rounds of ``runs``, for Series and Ceiling alike."""
 
-    config: Config
+    __slots__ = ()
     runs: tuple[DrainRun, ...]
 
     @property
@@ -123,6 +122,22 @@ class Series:
     @property
     def workers_us_per_job(self) -> float:
         return statistics.median(r.workers_cpu_s / r.jobs * 1e6 for r in self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class Series(_Medians):
+    """Every round of one configuration."""
+
+    config: Config
+    runs: tuple[DrainRun, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling(_Medians):
+    """Every round of one pgbench drain of the machine's ceiling (codity.bench._ceiling)."""
+
+    name: str
+    runs: tuple[DrainRun, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,31 +167,6 @@ class PickupRun:
 
 
 @dataclass(frozen=True, slots=True)
-class CeilingRun:
-    """One pgbench drain of the machine's ceiling (codity.bench._ceiling)."""
-
-    name: str
-    jobs: int
-    """Jobs finished by the timed pgbench run (a claim that raced another for the last rows
-    may come up short; what it left is not counted)."""
-    seconds: float
-    wal_bytes: int
-    server_cpu_s: float | None
-
-    @property
-    def per_second(self) -> float:
-        return self.jobs / self.seconds
-
-    @property
-    def wal_per_job(self) -> float:
-        return self.wal_bytes / self.jobs
-
-    @property
-    def server_us_per_job(self) -> float | None:
-        return None if self.server_cpu_s is None else self.server_cpu_s / self.jobs * 1e6
-
-
-@dataclass(frozen=True, slots=True)
 class AgainstReport:
     options: AgainstOptions
     machine: Machine
@@ -185,7 +175,7 @@ class AgainstReport:
     series: tuple[Series, ...]
     enqueues: tuple[EnqueueRun, ...]
     pickups: tuple[PickupRun, ...]
-    ceilings: tuple[CeilingRun, ...]
+    ceilings: tuple[Ceiling, ...]
     started_at: str
     seconds: float
 
@@ -207,5 +197,5 @@ class AgainstReport:
     def pickup(self, system: str) -> PickupRun:
         return next(p for p in self.pickups if p.system == system)
 
-    def ceiling(self, name: str) -> list[CeilingRun]:
-        return [c for c in self.ceilings if c.name == name]
+    def ceiling(self, name: str) -> Ceiling | None:
+        return next((c for c in self.ceilings if c.name == name), None)

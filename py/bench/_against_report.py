@@ -7,7 +7,6 @@ without the markers gets the section appended at its end.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from codity.bench._against_model import CODITY, PGQUEUER, AgainstReport, Series
@@ -104,15 +103,12 @@ def _ceiling(r: AgainstReport) -> str:
              "WAL per job | PostgreSQL CPU per job | Codity's best worker drain as a share |",
              "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name in CEILINGS:
-        runs = r.ceiling(name)
-        if not runs:
+        c = r.ceiling(name)
+        if c is None:
             continue
-        rate = statistics.median(c.per_second for c in runs)
-        wal = statistics.median(c.wal_per_job for c in runs)
-        cpus = [c.server_us_per_job for c in runs if c.server_us_per_job is not None]
-        cpu = statistics.median(cpus) if cpus else None
-        lines.append(f"| {name} | {_n(rate)} | {wal / 1000:.2f} kB | {_cpu(cpu)} | "
-                     f"{ours.per_second / rate:.0%} |")  # fmt: skip
+        share = ours.per_second / c.per_second
+        lines.append(f"| {name} | {_n(c.per_second)} | {c.wal_per_job / 1000:.2f} kB | "
+                     f"{_cpu(c.server_us_per_job)} | {share:.0%} |")  # fmt: skip
     lines.append(f"| Codity's worker ({CLIENTS} processes, {ours.config.label}) | "
                  f"{_n(ours.per_second)} | {ours.wal_per_job / 1000:.2f} kB | "
                  f"{_cpu(ours.server_us_per_job)} | 100% |")  # fmt: skip

@@ -26,10 +26,15 @@ from typing import Any
 
 import psycopg
 
-from codity.bench._against_model import CeilingRun
+from codity.bench._against_model import DrainRun
 from codity.bench._throughput import enqueue_batched, queue_id, reset_jobs
 from codity.bench._usage import postmaster_pid, read_usage, spent_since
-from codity.bench._worker_loop import pgbench_path, worker_loop_script
+from codity.bench._worker_loop import (
+    loop_workers,
+    pgbench_path,
+    worker_loop_command,
+    worker_loop_script,
+)
 from codity.bench._workers import BenchError
 
 __all__ = ["CEILINGS", "CLIENTS", "ceiling_drain"]
@@ -72,18 +77,13 @@ RETURNING j.id, j.task, j.payload;
 
 
 def _load_codity(conn: Conn, jobs: int, clients: int) -> int:
+    """The jobs, queued and analyzed, and one worker per client; returns pgbench's wbase."""
     reset_jobs(conn)
     queue_id(conn, QUEUE)
     enqueue_batched(conn, QUEUE, jobs, 1_000)
-    ids = [
-        int(conn.execute("SELECT codity.register_worker(%s, ARRAY[%s], %s)",
-                         [f"ceiling-{n}", QUEUE, BATCH]).fetchall()[0][0])
-        for n in range(clients)
-    ]  # fmt: skip
-    if ids != list(range(ids[0], ids[0] + clients)):
-        raise BenchError(f"pgbench clients need consecutive worker ids, got {ids}")
+    wbase = loop_workers(conn, QUEUE, clients, "ceiling")
     conn.execute("VACUUM ANALYZE codity.jobs, codity.job_executions")
-    return ids[0]  # client n (pgbench's client_id counts from 0) is worker ids[0] + n
+    return wbase
 
 
 def _codity_left(conn: Conn) -> int:
@@ -109,29 +109,30 @@ def _minimal_left(conn: Conn) -> int:
     return int(conn.execute("SELECT count(*) FROM ceiling.jobs").fetchall()[0][0])
 
 
-def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> CeilingRun:
-    """Drain ``jobs`` jobs with pgbench, ``clients`` connections, the ``name`` ceiling."""
-    variables: list[str] = []
-    if name == CODITY_FUNCTIONS:
-        first = _load_codity(conn, jobs, clients)
-        variables = ["-D", f"wbase={first}", "-D", f"queue={QUEUE}", "-D", f"batch={BATCH}"]
-        script, left = worker_loop_script(), _codity_left
-    elif name == UPDATE_QUEUE:
-        _load_minimal(conn, jobs)
-        script, left = _UPDATE_SCRIPT, _minimal_left
-    elif name == DELETE_QUEUE:
-        _load_minimal(conn, jobs)
-        script, left = _DELETE_SCRIPT, _minimal_left
-    else:
-        raise BenchError(f"no ceiling called {name!r}")
+def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> DrainRun:
+    """Drain ``jobs`` jobs with pgbench, ``clients`` connections, the ``name`` ceiling. No
+    worker process runs, so its workers' CPU is 0; ``jobs`` of the run is what the timed
+    pgbench run finished (a claim that raced another for the last rows may come up short)."""
     per_client = -(-jobs // (BATCH * clients))
     postmaster = postmaster_pid(conn)
     with tempfile.TemporaryDirectory(prefix="codity-ceiling-") as tmp:
         path = Path(tmp) / "script.sql"
-        path.write_text(script)
-        command = [str(pgbench_path()), "-n", "-M", "prepared", "-c", str(clients),
-                   "-j", str(clients), "-t", str(per_client), *variables,
-                   "-f", str(path), dsn]  # fmt: skip
+        if name == CODITY_FUNCTIONS:
+            wbase = _load_codity(conn, jobs, clients)
+            path.write_text(worker_loop_script())
+            command = worker_loop_command(pgbench_path(), path, dsn, clients=clients,
+                                          transactions=per_client, wbase=wbase, queue=QUEUE,
+                                          batch=BATCH)  # fmt: skip
+            left = _codity_left
+        elif name in (UPDATE_QUEUE, DELETE_QUEUE):
+            _load_minimal(conn, jobs)
+            path.write_text(_UPDATE_SCRIPT if name == UPDATE_QUEUE else _DELETE_SCRIPT)
+            command = [str(pgbench_path()), "--no-vacuum", "--protocol=prepared",
+                       f"--client={clients}", f"--jobs={clients}",
+                       f"--transactions={per_client}", f"--file={path}", dsn]  # fmt: skip
+            left = _minimal_left
+        else:
+            raise BenchError(f"no ceiling called {name!r}")
         before = read_usage(conn, postmaster)
         began = time.perf_counter()
         run = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -142,4 +143,4 @@ def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> C
     finished = jobs - left(conn)
     if finished <= 0:
         raise BenchError(f"pgbench ({name}) finished no job:\n{run.stdout[-2000:]}")
-    return CeilingRun(name, finished, seconds, spent.wal_bytes, spent.server_cpu_s)
+    return DrainRun(finished, seconds, spent.wal_bytes, spent.server_cpu_s, workers_cpu_s=0.0)

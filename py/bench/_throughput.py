@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from codity.bench._model import BenchOptions, Drain, Enqueue
-from codity.bench._worker_loop import worker_loop_script
+from codity.bench._worker_loop import loop_workers, worker_loop_command, worker_loop_script
 from codity.bench._workers import BenchError, WorkerProcesses
 
 # A worker process keeps two statements in flight, its claim loop's and its completer's;
@@ -159,23 +159,12 @@ def ceiling(
     """The worker's loop from pgbench, no handler and no Python, at the workers' claim size."""
     jobs, batch = options.jobs, options.concurrency
     qid = _load(conn, jobs, paused=False)
-    ids = [
-        conn.execute(
-            "SELECT codity.register_worker(%s, ARRAY[%s])", [f"bench-pgbench-{n}", DRAIN_QUEUE]
-        ).fetchall()[0][0]
-        for n in range(clients)
-    ]
-    if ids != list(range(ids[0], ids[0] + clients)):
-        raise BenchError(f"pgbench workers got ids {ids}, not consecutive")
+    wbase = loop_workers(conn, DRAIN_QUEUE, clients, "bench-pgbench")
     script = work / "claim_start_complete.sql"
     script.write_text(worker_loop_script())
     per_client = math.ceil(jobs / (clients * batch))
-    cmd = [
-        str(pgbench), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
-        f"--jobs={clients}", f"--transactions={per_client}", f"--file={script}",
-        f"--define=wbase={ids[0]}", f"--define=queue={DRAIN_QUEUE}", f"--define=batch={batch}",
-        url,
-    ]  # fmt: skip
+    cmd = worker_loop_command(pgbench, script, url, clients=clients, transactions=per_client,
+                              wbase=wbase, queue=DRAIN_QUEUE, batch=batch)  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     if run.returncode != 0:
         raise BenchError(f"pgbench failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")

@@ -12,13 +12,16 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from codity.bench._workers import BenchError
 from codity.db.embedded import EmbeddedServerError, wheel_bin_dir
 from codity.worker.claim import CLAIM_AND_START
 from codity.worker.reporter import COMPLETE_MANY
 
-__all__ = ["pgbench_path", "worker_loop_script"]
+__all__ = ["loop_workers", "pgbench_path", "worker_loop_command", "worker_loop_script"]
 
 
 def pgbench_path(pg_bin: Path | None = None) -> Path:
@@ -58,3 +61,28 @@ def worker_loop_script() -> str:
         f"{complete};",
         "",
     ])  # fmt: skip
+
+
+def loop_workers(conn: psycopg.Connection[Any], queue: str, clients: int, name: str) -> int:
+    """Register one worker per pgbench client for ``queue``; returns the first id, which is
+    ``:wbase`` (client n, pgbench's ``client_id`` counting from 0, is worker wbase + n)."""
+    ids = [
+        int(conn.execute("SELECT codity.register_worker(%s, ARRAY[%s])",
+                         [f"{name}-{n}", queue]).fetchall()[0][0])
+        for n in range(clients)
+    ]  # fmt: skip
+    if ids != list(range(ids[0], ids[0] + clients)):
+        raise BenchError(f"pgbench workers got ids {ids}, not consecutive")
+    return ids[0]
+
+
+def worker_loop_command(
+    pgbench: Path, script: Path, url: str, *, clients: int, transactions: int, wbase: int,
+    queue: str, batch: int,
+) -> list[str]:  # fmt: skip
+    """pgbench running ``script`` (worker_loop_script) ``transactions`` times per client."""
+    return [
+        str(pgbench), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
+        f"--jobs={clients}", f"--transactions={transactions}", f"--file={script}",
+        f"--define=wbase={wbase}", f"--define=queue={queue}", f"--define=batch={batch}", url,
+    ]  # fmt: skip

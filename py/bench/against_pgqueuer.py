@@ -39,6 +39,7 @@ from codity.bench._against_model import (
     PGQUEUER,
     AgainstOptions,
     AgainstReport,
+    Ceiling,
     Config,
     DrainRun,
     Series,
@@ -100,7 +101,7 @@ def run_against(url: str, home: Path, options: AgainstOptions) -> AgainstReport:
     began = time.monotonic()
     configs = configurations(options.quick)
     runs: dict[Config, list[DrainRun]] = {c: [] for c in configs}
-    ceilings = []
+    ceilings: dict[str, list[DrainRun]] = {name: [] for name in CEILINGS}
     with tempfile.TemporaryDirectory(prefix="codity-against-") as tmp:
         work = Path(tmp)
         pgq = ensure_env(home, work)
@@ -130,13 +131,13 @@ def run_against(url: str, home: Path, options: AgainstOptions) -> AgainstReport:
                     runs[config].append(pgq_drain(pgq, theirs, tconn, config, options.jobs))
             for n, name in itertools.product(range(options.rounds), CEILINGS):
                 log.info("round %d of %d: the ceiling, %s", n + 1, options.rounds, name)
-                ceilings.append(ceiling_drain(ours, oconn, name, options.jobs, CLIENTS))
+                ceilings[name].append(ceiling_drain(ours, oconn, name, options.jobs, CLIENTS))
             machine = describe_machine(oconn, load_before)
     return AgainstReport(
         options=options, machine=machine, commit=commit, pgqueuer_version=pgq.version,
         series=tuple(Series(c, tuple(r)) for c, r in runs.items()), enqueues=tuple(enqueues),
-        pickups=pickups, ceilings=tuple(ceilings), started_at=started_at,
-        seconds=time.monotonic() - began,
+        pickups=pickups, ceilings=tuple(Ceiling(n, tuple(r)) for n, r in ceilings.items()),
+        started_at=started_at, seconds=time.monotonic() - began,
     )  # fmt: skip
 
 

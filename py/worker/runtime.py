@@ -233,6 +233,10 @@ class Worker:
             return 0  # a suspect runs alone
         return self._holds - len(self._running) - len(self._waiting)
 
+    def _busy(self) -> bool:
+        """Whether this worker holds any job, running or waiting for a slot."""
+        return bool(self._running or self._waiting)
+
     def _held(self) -> list[JobContext]:
         """Every job this worker holds a lease on and has not finished."""
         return [r.ctx for r in self._running.values()] + [w.ctx for w in self._waiting]
@@ -241,8 +245,7 @@ class Worker:
         claimed = 0
         for queue in self.config.queues:  # one queue per call: see codity.claim
             room = self._room()
-            busy = bool(self._running or self._waiting)
-            if room <= 0 or (busy and room < self._low_water):
+            if room <= 0 or (self._busy() and room < self._low_water):
                 break
             claimed += await self._claim_and_start(queue, min(room, MAX_CLAIM))
         return claimed
@@ -255,7 +258,7 @@ class Worker:
                 "queue": queue,
                 "limit": limit,
                 # A job that crashed a worker before is taken only by an idle worker.
-                "suspects": not self._running and not self._waiting,
+                "suspects": not self._busy(),
             },
         )
         for job in jobs:
