@@ -40,8 +40,8 @@ _SETTINGS = (
 # Whole seconds over the last hour, so jobs tie on (priority, run_at) and the id tiebreak
 # matters; one job in twenty is not due yet. 70 % at priority 0, the rest from -10 to 10.
 _LOAD = """
-INSERT INTO codity.jobs (queue_id, task, priority, status, run_at, max_attempts)
-SELECT ids[1 + g %% pg_catalog.cardinality(ids)], 'explain.noop',
+INSERT INTO codity.jobs (queue_id, project_id, task, priority, status, run_at, max_attempts)
+SELECT ids[1 + g %% pg_catalog.cardinality(ids)], q.project_id, 'explain.noop',
        CASE WHEN pg_catalog.random() < 0.7 THEN 0
             ELSE pg_catalog.floor(pg_catalog.random() * 21) - 10 END,
        'queued',
@@ -49,7 +49,9 @@ SELECT ids[1 + g %% pg_catalog.cardinality(ids)], 'explain.noop',
            secs => pg_catalog.floor(pg_catalog.random() * 3600)
                     * CASE WHEN pg_catalog.random() < 0.05 THEN 1 ELSE -1 END),
        3
-FROM pg_catalog.generate_series(1, %(jobs)s) AS g, (SELECT %(ids)s::bigint[] AS ids) AS q
+FROM pg_catalog.generate_series(1, %(jobs)s) AS g,
+     (SELECT %(ids)s::bigint[] AS ids, pg_catalog.min(project_id) AS project_id
+      FROM codity.queues WHERE id = ANY (%(ids)s::bigint[])) AS q
 """
 _SECONDARY = """
 SELECT i.indexrelid::regclass::text, c.conname

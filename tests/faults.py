@@ -40,8 +40,8 @@ class Patch:
 _NAIVE_CLAIM = (
     Patch(
         "claim.sql",
-        "    v_queue codity.queues;\nBEGIN\n",
-        "    v_queue codity.queues;\n    v_picked bigint[];\nBEGIN\n",
+        "    v_queue record;\nBEGIN\n",
+        "    v_queue record;\n    v_picked bigint[];\nBEGIN\n",
     ),
     Patch(
         "claim.sql",

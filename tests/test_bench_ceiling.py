@@ -31,7 +31,7 @@ def test_each_ceiling_drains_every_job_within_the_timed_run(
     assert run.wal_bytes > 0, "a drain that writes nothing did not drain"
     if name == CODITY_FUNCTIONS:
         rows = conn.execute(
-            "SELECT j.status::text, count(x.id), bool_and(x.status = 'completed')"
+            "SELECT j.status::text, count(x.job_id), bool_and(x.status = 'completed')"
             " FROM codity.jobs j LEFT JOIN codity.job_executions x ON x.job_id = j.id"
             " GROUP BY j.id, j.status"
         ).fetchall()

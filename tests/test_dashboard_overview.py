@@ -75,9 +75,9 @@ def test_the_overview_refreshes_on_changes_and_ticks_at_most_every_two_seconds(
 def test_capped_counts_read_ten_thousand_plus(db_url: str, conn: Conn, tenant: Tenant) -> None:
     queue_id = one(conn, "SELECT id FROM codity.queues WHERE name = 'emails'")
     conn.execute(
-        "INSERT INTO codity.jobs (queue_id, task, status, run_at, max_attempts)"
-        " SELECT %s, 'bulk', 'queued', now() - interval '1 minute', 1"
-        " FROM generate_series(1, 10001)",
+        "INSERT INTO codity.jobs (queue_id, project_id, task, status, run_at, max_attempts)"
+        " SELECT q.id, q.project_id, 'bulk', 'queued', now() - interval '1 minute', 1"
+        " FROM codity.queues q, generate_series(1, 10001) WHERE q.id = %s",
         [queue_id],
     )
     enqueue(conn, tenant, "reports", 3)

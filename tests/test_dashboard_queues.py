@@ -149,9 +149,10 @@ def test_the_depth_chart_draws_the_rolled_up_minutes(
     queue_id = one(conn, "SELECT id FROM codity.queues WHERE name = 'emails'")
     minute = one(conn, "SELECT date_trunc('minute', now()) - interval '3 minutes'")
     conn.execute(
-        "INSERT INTO codity.queue_minutes (queue_id, minute, completed, claimable, running)"
-        " VALUES (%s, %s, 4, 7, 2)",
-        [queue_id, minute],
+        "INSERT INTO codity.queue_minutes"
+        " (queue_id, project_id, minute, completed, claimable, running)"
+        " SELECT id, project_id, %s, 4, 7, 2 FROM codity.queues WHERE id = %s",
+        [minute, queue_id],
     )
     conn.execute("UPDATE codity.rollup_state SET rolled_until = date_trunc('minute', now())")
     with web_client(db_url) as client:

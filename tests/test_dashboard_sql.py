@@ -125,10 +125,12 @@ def test_rows_older_than_the_retention_are_deleted(tx: Conn) -> None:
     queue = create_queue(tx, "emails")
     tx.execute("UPDATE codity.rollup_state SET rolled_until = NULL, keep = interval '1 hour'")
     tx.execute(
-        "INSERT INTO codity.queue_minutes (queue_id, minute, completed)"
-        " VALUES (%s, date_trunc('minute', now()) - interval '2 hours', 5),"
-        "        (%s, date_trunc('minute', now()) - interval '30 minutes', 7)",
-        [queue, queue],
+        "INSERT INTO codity.queue_minutes (queue_id, project_id, minute, completed)"
+        " SELECT q.id, q.project_id, date_trunc('minute', now()) - m.ago, m.n"
+        " FROM codity.queues q,"
+        " (VALUES (interval '2 hours', 5), (interval '30 minutes', 7)) AS m(ago, n)"
+        " WHERE q.id = %s",
+        [queue],
     )
     tx.execute("SELECT codity.roll_up()")
     assert [r[1] for r in tx.execute(MINUTES, ["emails"]).fetchall()] == [7]

@@ -476,7 +476,8 @@ def test_dead_letter_survives_its_jobs_deletion_and_replay_recreates_the_job(api
     api.conn.execute("DELETE FROM codity.jobs WHERE id = %s", [job])
 
     kept = api.record("SELECT * FROM codity.dead_letters WHERE id = %s", [dead["id"]])
-    assert kept["job_id"] is None
+    assert kept["job_id"] == job, "the id stays as history; no foreign key clears it (0015)"
+    assert api.record("SELECT count(*) AS n FROM codity.jobs WHERE id = %s", [job])["n"] == 0
     assert kept["payload"] == {"kind": "dead_letter"}
 
     new_job = api.replay(int(dead["id"]), at(10))

@@ -236,8 +236,10 @@ def test_a_count_past_the_cap_says_so_on_the_api_and_the_page(
 ) -> None:
     """10,001 letters (inserted as the owner, as a long outage would leave them)."""
     conn.execute(
-        "INSERT INTO codity.dead_letters (queue_id, task, payload, reason, attempts, dead_at)"
-        " SELECT q.id, 'emails.send', '{}', 'failed', 1, now() - g * interval '1 second'"
+        "INSERT INTO codity.dead_letters"
+        " (queue_id, project_id, task, payload, reason, attempts, dead_at)"
+        " SELECT q.id, q.project_id, 'emails.send', '{}', 'failed', 1,"
+        "        now() - g * interval '1 second'"
         " FROM codity.queues q, generate_series(1, 10001) g"
         " WHERE q.project_id = %s AND q.name = 'emails'",
         [tenant.project_id],

@@ -186,8 +186,9 @@ def test_history_zero_fills_its_minutes_and_refuses_a_window_out_of_range(
 ) -> None:
     queue_id = queue(conn, tenant, "emails")
     conn.execute(
-        "INSERT INTO codity.queue_minutes (queue_id, minute, claimable, running)"
-        " VALUES (%s, date_trunc('minute', now()) - interval '3 minutes', 7, 2)",
+        "INSERT INTO codity.queue_minutes (queue_id, project_id, minute, claimable, running)"
+        " SELECT id, project_id, date_trunc('minute', now()) - interval '3 minutes', 7, 2"
+        " FROM codity.queues WHERE id = %s",
         [queue_id],
     )
     conn.execute("UPDATE codity.rollup_state SET rolled_until = date_trunc('minute', now())")
@@ -223,10 +224,10 @@ def test_history_zero_fills_its_minutes_and_refuses_a_window_out_of_range(
 def _load(conn: Conn, queue_id: int, n: int, status: str = "queued") -> None:
     """``n`` jobs inserted in one statement as the owner: fast, and enough to pass the cap."""
     conn.execute(
-        "INSERT INTO codity.jobs (queue_id, task, status, run_at, max_attempts)"
-        " SELECT %s, 'bulk', %s::codity.job_status, now() - interval '1 minute', 1"
-        " FROM generate_series(1, %s)",
-        [queue_id, status, n],
+        "INSERT INTO codity.jobs (queue_id, project_id, task, status, run_at, max_attempts)"
+        " SELECT q.id, q.project_id, 'bulk', %s::codity.job_status, now() - interval '1 minute', 1"
+        " FROM codity.queues q, generate_series(1, %s) WHERE q.id = %s",
+        [status, n, queue_id],
     )
 
 
@@ -239,9 +240,10 @@ def test_counts_stop_at_the_cap_and_say_which_did(
     _load(conn, big, 3, "scheduled")
     enqueue(conn, tenant, "small", 2)
     conn.execute(
-        "INSERT INTO codity.dead_letters (queue_id, task, payload, reason, attempts, dead_at)"
-        " SELECT %s, 'bulk', '{}', 'max_attempts', 1, now() - interval '1 day'"
-        " FROM generate_series(1, 10001)",
+        "INSERT INTO codity.dead_letters"
+        " (queue_id, project_id, task, payload, reason, attempts, dead_at)"
+        " SELECT q.id, q.project_id, 'bulk', '{}', 'max_attempts', 1, now() - interval '1 day'"
+        " FROM codity.queues q, generate_series(1, 10001) WHERE q.id = %s",
         [big],
     )
     with web_client(db_url) as client:
@@ -321,9 +323,10 @@ def test_a_backlog_growing_faster_than_it_drains_is_flagged_while_the_rollup_is_
     # The depth samples roll_up took about five minutes ago (minute: rolled_until - 5).
     for name, claimable in (("growing", 2), ("draining", 2), ("shrinking", 9)):
         conn.execute(
-            "INSERT INTO codity.queue_minutes (queue_id, minute, claimable)"
-            " VALUES (%s, date_trunc('minute', now()) - interval '5 minutes', %s)",
-            [ids[name], claimable],
+            "INSERT INTO codity.queue_minutes (queue_id, project_id, minute, claimable)"
+            " SELECT id, project_id, date_trunc('minute', now()) - interval '5 minutes', %s"
+            " FROM codity.queues WHERE id = %s",
+            [claimable, ids[name]],
         )
         enqueue(conn, tenant, name, 5)
     live_worker(conn, tenant, [])

@@ -53,10 +53,11 @@ _MIX = (
 )
 
 _JOBS = """
-INSERT INTO codity.jobs (queue_id, task, payload, priority, status, run_at, attempt,
+INSERT INTO codity.jobs (queue_id, project_id, task, payload, priority, status, run_at, attempt,
                          max_attempts, execution_seq, worker_id, claimed_at, started_at,
                          lock_expires_at, finished_at, last_error, created_at, updated_at)
 SELECT q.ids[1 + i %% array_length(q.ids, 1)],
+       q.projects[1 + i %% array_length(q.ids, 1)],
        'task.' || (i %% 7),
        jsonb_build_object('customer', i %% 5000, 'region', (ARRAY['eu', 'us', 'ap'])[1 + i %% 3]),
        (i %% 3) - 1,
@@ -77,15 +78,17 @@ SELECT q.ids[1 + i %% array_length(q.ids, 1)],
        now()
 FROM generate_series(%(first)s::integer, %(last)s::integer) AS i
 CROSS JOIN LATERAL (SELECT now() - make_interval(secs => (i %% 86400)::float8 + 2) AS at) t
-CROSS JOIN (SELECT array_agg(id ORDER BY id) AS ids FROM codity.queues) q
+CROSS JOIN (SELECT array_agg(id ORDER BY id) AS ids, array_agg(project_id ORDER BY id) AS projects
+            FROM codity.queues) q
 CROSS JOIN (SELECT array_agg(id ORDER BY id) AS ids FROM codity.workers
             WHERE status = 'active') w
 """
 
 _EXECUTIONS = """
-INSERT INTO codity.job_executions (job_id, queue_id, execution_seq, attempt, worker_id, status,
-                                   claimed_at, started_at, finished_at, error, result)
-SELECT j.id, j.queue_id, 1, 1,
+INSERT INTO codity.job_executions (job_id, queue_id, project_id, execution_seq, attempt,
+                                   worker_id, status, claimed_at, started_at, finished_at, error,
+                                   result)
+SELECT j.id, j.queue_id, j.project_id, 1, 1,
        coalesce(j.worker_id, w.ids[1 + j.id %% array_length(w.ids, 1)]),
        CASE j.status WHEN 'completed' THEN 'completed'::codity.execution_status
                      ELSE 'failed'::codity.execution_status END,
@@ -98,10 +101,10 @@ WHERE j.status IN ('completed', 'dead_letter')
 """
 
 _DEAD_LETTERS = """
-INSERT INTO codity.dead_letters (job_id, queue_id, task, payload, priority, reason, error,
-                                 attempts, dead_at)
-SELECT j.id, j.queue_id, j.task, j.payload, j.priority, 'max_attempts', j.last_error, 1,
-       j.finished_at
+INSERT INTO codity.dead_letters (job_id, queue_id, project_id, task, payload, priority, reason,
+                                 error, attempts, dead_at)
+SELECT j.id, j.queue_id, j.project_id, j.task, j.payload, j.priority, 'max_attempts',
+       j.last_error, 1, j.finished_at
 FROM codity.jobs j
 WHERE j.status = 'dead_letter'
 """

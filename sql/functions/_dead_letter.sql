@@ -25,8 +25,8 @@ BEGIN
         last_error = coalesce(p_error, j.last_error), updated_at = p_now
     WHERE j.id = p_job_id;
 
-    INSERT INTO codity.dead_letters (job_id, queue_id, task, payload, priority, reason, error, attempts, dead_at)
-    SELECT j.id, j.queue_id, j.task, j.payload, j.priority, p_reason, j.last_error, j.attempt, p_now
+    INSERT INTO codity.dead_letters (job_id, queue_id, project_id, task, payload, priority, reason, error, attempts, dead_at)
+    SELECT j.id, j.queue_id, j.project_id, j.task, j.payload, j.priority, p_reason, j.last_error, j.attempt, p_now
     FROM codity.jobs j
     WHERE j.id = p_job_id
     RETURNING id INTO v_dead_letter_id;

@@ -1,4 +1,8 @@
--- codity._queue: resolve a queue name within a project to its row.
+-- codity._queue: resolve a queue name within a project to the columns of its row that the
+-- functions read.
+--
+-- Not the row type codity.queues: no signature uses the row type of a table meant to become
+-- a reference table (DESIGN.md, "Room to scale out", rule 7; migration 0015).
 --
 -- Read-only; locks nothing. A missing queue raises CD001 naming the queue and the
 -- project, so a typo in a worker's --queue flag reads as what it is.
@@ -6,31 +10,46 @@
 -- SECURITY INVOKER without SET: called only from definer functions, it runs as their
 -- owner under their pinned search_path (pg_temp last); granted to nobody.
 
-CREATE OR REPLACE FUNCTION codity._queue(p_queue text, p_project_id bigint)
-RETURNS codity.queues
+CREATE OR REPLACE FUNCTION codity._queue(
+    p_queue text,
+    p_project_id bigint,
+    OUT id bigint,
+    OUT project_id bigint,
+    OUT is_paused boolean,
+    OUT max_attempts integer,
+    OUT max_crashes integer,
+    OUT backoff codity.backoff_kind,
+    OUT base_delay_ms integer,
+    OUT max_delay_ms integer,
+    OUT lease_seconds integer,
+    OUT job_timeout_seconds integer
+)
 LANGUAGE plpgsql
 STABLE
 SECURITY INVOKER
 AS $$
+#variable_conflict use_column
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
-    v_queue codity.queues;
 BEGIN
     IF p_queue IS NULL THEN
         RAISE EXCEPTION 'queue name must not be NULL' USING ERRCODE = 'CD010';
     END IF;
-    SELECT q.* INTO v_queue FROM codity.queues q WHERE q.project_id = v_project_id AND q.name = p_queue;
-    IF v_queue.id IS NULL THEN
+    SELECT q.id, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
+           q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds
+    INTO id, project_id, is_paused, max_attempts, max_crashes, backoff,
+         base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds
+    FROM codity.queues q WHERE q.project_id = v_project_id AND q.name = p_queue;
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', p_queue
             USING ERRCODE = 'CD001',
                   DETAIL = format('No queue named %L in project %s.', p_queue, v_project_id),
                   HINT = 'Create it with codity.create_queue(name).';
     END IF;
-    RETURN v_queue;
 END;
 $$;
 
 COMMENT ON FUNCTION codity._queue(text, bigint) IS
-'Private: the queue row for a name within a project; raises CD001 when there is none.';
+'Private: the columns of the queue row for a name within a project; raises CD001 when there is none.';
 
 REVOKE ALL ON FUNCTION codity._queue(text, bigint) FROM PUBLIC;

@@ -26,9 +26,9 @@ BEGIN
     WHERE x.job_id = p_job.id AND x.execution_seq = p_fence;
 
     INSERT INTO codity.fence_rejections
-        (job_id, queue_id, worker_id, call, presented_fence, current_fence, job_status, rejected_at)
+        (job_id, queue_id, project_id, worker_id, call, presented_fence, current_fence, job_status, rejected_at)
     VALUES
-        (p_job.id, p_job.queue_id, v_worker_id, p_call, p_fence, p_job.execution_seq, p_job.status, p_now);
+        (p_job.id, p_job.queue_id, p_job.project_id, v_worker_id, p_call, p_fence, p_job.execution_seq, p_job.status, p_now);
 
     RETURN format('stale fence %s: job %s is %s at fence %s; nothing was changed',
                   p_fence, p_job.id, p_job.status, p_job.execution_seq);

@@ -68,9 +68,9 @@ BEGIN
         -- A held job's attempt ends here: its execution row is written now (the job row
         -- still holds the attempt's worker and times).
         INSERT INTO codity.job_executions
-            (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at,
+            (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
              started_at, finished_at, error)
-        SELECT j.id, j.queue_id, j.execution_seq, j.attempt, j.worker_id, 'cancelled',
+        SELECT j.id, j.queue_id, j.project_id, j.execution_seq, j.attempt, j.worker_id, 'cancelled',
                j.claimed_at, j.started_at, p_now, 'cancelled by an operator'
         FROM codity.jobs j
         JOIN unnest(v_locked_ids, v_locked_statuses) AS l(id, status) ON l.id = j.id

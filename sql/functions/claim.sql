@@ -71,7 +71,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_worker record;
-    v_queue codity.queues;
+    v_queue record;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
@@ -137,7 +137,7 @@ BEGIN
             execution_seq = j.execution_seq + 1,
             updated_at = p_now
         FROM chosen
-        WHERE j.id = chosen.id
+        WHERE j.queue_id = v_queue.id AND j.id = chosen.id
         RETURNING j.*
     )
     SELECT c.id, c.execution_seq, c.task, c.payload, c.attempt, c.max_attempts, c.priority,

@@ -1,7 +1,7 @@
 -- codity.complete_many: running -> completed for a batch of jobs, in one round trip.
 --
 -- A worker finishing hundreds of short jobs a second reports them in batches (River's
--- batch completer); the audit row of each execution is written in the same statement, the
+-- batch completer); the audit row of each execution is written in the next statement, the
 -- only time it is written (migration 0013).
 -- Fenced per job: a stale fence changes nothing and is recorded ('stale'); a job already
 -- completed with this fence — a repeat after a lost COMMIT — is accepted as
@@ -32,6 +32,14 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_done bigint[];
+    v_queue_ids bigint[];
+    v_project_ids bigint[];
+    v_fences integer[];
+    v_attempts integer[];
+    v_worker_ids bigint[];
+    v_claimed_at timestamptz[];
+    v_started_at timestamptz[];
+    v_results jsonb[];
     v_big record;
 BEGIN
     PERFORM codity._check_clock(p_now);
@@ -66,18 +74,27 @@ BEGIN
         SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
         FROM batch b
         WHERE j.id = b.job_id AND j.execution_seq = b.fence AND j.status = 'running'
-        RETURNING j.id, j.queue_id, j.execution_seq, j.attempt, j.worker_id, j.claimed_at,
-                  j.started_at, b.result
-    ),
-    executions AS (
-        INSERT INTO codity.job_executions
-            (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at, started_at,
-             finished_at, result)
-        SELECT d.id, d.queue_id, d.execution_seq, d.attempt, d.worker_id, 'completed',
-               d.claimed_at, d.started_at, p_now, d.result
-        FROM done d
+        RETURNING j.id, j.queue_id, j.project_id, j.execution_seq, j.attempt, j.worker_id,
+                  j.claimed_at, j.started_at, b.result
     )
-    SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM done d;
+    SELECT coalesce(array_agg(d.id), '{}'), array_agg(d.queue_id), array_agg(d.project_id),
+           array_agg(d.execution_seq), array_agg(d.attempt), array_agg(d.worker_id),
+           array_agg(d.claimed_at), array_agg(d.started_at), array_agg(d.result)
+    INTO v_done, v_queue_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
+         v_started_at, v_results
+    FROM done d;
+
+    -- The execution rows in a statement of their own, from the arrays: an INSERT inside a
+    -- CTE is never router-planned by Citus (DESIGN.md, "Room to scale out", rule 3).
+    INSERT INTO codity.job_executions
+        (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
+         started_at, finished_at, result)
+    SELECT d.job_id, d.queue_id, d.project_id, d.fence, d.attempt, d.worker_id, 'completed',
+           d.claimed_at, d.started_at, p_now, d.result
+    FROM unnest(v_done, v_queue_ids, v_project_ids, v_fences, v_attempts, v_worker_ids,
+                v_claimed_at, v_started_at, v_results)
+         AS d(job_id, queue_id, project_id, fence, attempt, worker_id, claimed_at, started_at,
+              result);
 
     RETURN QUERY
     SELECT * FROM codity._fenced_batch_outcome(

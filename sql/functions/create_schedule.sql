@@ -24,7 +24,7 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_queue record := codity._queue(p_queue, p_project_id);
     v_next timestamptz;
 BEGIN
     PERFORM codity._check_clock(p_now);

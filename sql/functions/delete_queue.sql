@@ -19,7 +19,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
-    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_queue record := codity._queue(p_queue, p_project_id);
     v_unfinished bigint;
     v_held bigint;
 BEGIN

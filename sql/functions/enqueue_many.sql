@@ -10,7 +10,8 @@
 -- waits on the unique index until the other transaction ends, then finds its job; duplicates inside one batch collapse to one job.
 --
 -- Locks: none beyond the inserted rows (and the unique-index wait above).
--- NOTIFY: one codity_v1 hint for the queue when any new job is due now.
+-- NOTIFY: one codity_v1 hint for the queue when any new job is due now (in a batch where an
+-- idempotency key matched, possibly one for nothing: a wakeup is a hint, never a promise).
 -- Callers: codity.enqueue, the web API, Python's registry.enqueue, any client.
 
 CREATE OR REPLACE FUNCTION codity.enqueue_many(
@@ -33,13 +34,11 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_queue record := codity._queue(p_queue, p_project_id);
     v_bad record;
     v_due boolean;
-    v_positions integer[];
     v_ids bigint[];
-    v_statuses codity.job_status[];
-    v_run_ats timestamptz[];
+    v_inserted integer;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF jsonb_typeof(p_jobs) IS DISTINCT FROM 'array' THEN
@@ -75,9 +74,20 @@ BEGIN
                   HINT = 'Store large data elsewhere and put a reference in the payload.';
     END IF;
 
-    WITH spec AS MATERIALIZED (
+    -- Ids first, so the rows can be found again without an INSERT inside a CTE, which Citus
+    -- never plans on one node (DESIGN.md, "Room to scale out", rule 3).
+    v_ids := ARRAY(SELECT pg_catalog.nextval('codity.jobs_id_seq')
+                   FROM generate_series(1, jsonb_array_length(p_jobs)));
+    INSERT INTO codity.jobs AS j
+        (id, queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
+         idempotency_key, created_at, updated_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT v_ids[s.ord], v_queue.id, v_queue.project_id, s.task, s.payload, s.priority,
+           CASE WHEN s.run_at <= p_now THEN 'queued'::codity.job_status
+                ELSE 'scheduled'::codity.job_status END,
+           s.run_at, s.max_attempts, s.idempotency_key, p_now, p_now
+    FROM (
         SELECT e.ord::integer AS ord,
-               pg_catalog.nextval('codity.jobs_id_seq') AS new_id,
                e.spec ->> 'task' AS task,
                coalesce(e.spec -> 'payload', '{}'::jsonb) AS payload,
                coalesce((e.spec ->> 'priority')::smallint, 0::smallint) AS priority,
@@ -85,44 +95,32 @@ BEGIN
                e.spec ->> 'idempotency_key' AS idempotency_key,
                coalesce((e.spec ->> 'max_attempts')::integer, v_queue.max_attempts) AS max_attempts
         FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
-    ),
-    inserted AS (
-        INSERT INTO codity.jobs AS j
-            (id, queue_id, task, payload, priority, status, run_at, max_attempts,
-             idempotency_key, created_at, updated_at)
-        OVERRIDING SYSTEM VALUE
-        SELECT s.new_id, v_queue.id, s.task, s.payload, s.priority,
-               CASE WHEN s.run_at <= p_now THEN 'queued'::codity.job_status
-                    ELSE 'scheduled'::codity.job_status END,
-               s.run_at, s.max_attempts, s.idempotency_key, p_now, p_now
-        FROM spec s
-        ORDER BY s.ord
-        ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING j.id, j.status, j.run_at
-    )
-    SELECT array_agg(s.ord ORDER BY s.ord), array_agg(i.id ORDER BY s.ord),
-           array_agg(i.status ORDER BY s.ord), array_agg(i.run_at ORDER BY s.ord),
-           bool_or(i.status = 'queued')
-    INTO v_positions, v_ids, v_statuses, v_run_ats, v_due
-    FROM spec s JOIN inserted i ON i.id = s.new_id;
+    ) AS s
+    ORDER BY s.ord
+    ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+    GET DIAGNOSTICS v_inserted = ROW_COUNT;
+    -- A wakeup when a job due now went in. In a batch where some job hit an idempotency key,
+    -- a due job that hit one may still wake the queue's workers once for nothing: harmless.
+    v_due := v_inserted > 0 AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements(p_jobs) AS e(spec)
+        WHERE coalesce((e.spec ->> 'run_at')::timestamptz, p_now) <= p_now);
 
-    -- Positions skipped by an idempotency conflict report the job that holds the key.
-    -- This is a new statement, so it sees a concurrent enqueue that committed meanwhile.
+    -- Each position's job: the one inserted under its id, else the one holding its key. This
+    -- is a new statement, so it sees a concurrent enqueue that committed meanwhile.
     RETURN QUERY
-    SELECT r.ord, r.id, r.status, r.run_at, r.is_new
-    FROM (
-        SELECT u.ord, u.id, u.status, u.run_at, true AS is_new
-        FROM unnest(v_positions, v_ids, v_statuses, v_run_ats) AS u(ord, id, status, run_at)
+    SELECT e.ord::integer, f.id, f.status, f.run_at, f.id = v_ids[e.ord]
+    FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+    CROSS JOIN LATERAL (
+        (SELECT j.id, j.status, j.run_at FROM codity.jobs j
+         WHERE j.queue_id = v_queue.id AND j.id = v_ids[e.ord])
         UNION ALL
-        SELECT e.ord::integer, j.id, j.status, j.run_at, false
-        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
-        JOIN codity.jobs j
-          ON j.queue_id = v_queue.id AND j.idempotency_key = e.spec ->> 'idempotency_key'
-        WHERE NOT (e.ord::integer = ANY (coalesce(v_positions, '{}')))
-    ) AS r
-    ORDER BY r.ord;
+        (SELECT j.id, j.status, j.run_at FROM codity.jobs j
+         WHERE j.queue_id = v_queue.id AND j.idempotency_key = e.spec ->> 'idempotency_key')
+        LIMIT 1
+    ) AS f
+    ORDER BY e.ord;
 
-    IF coalesce(v_due, false) AND NOT v_queue.is_paused THEN
+    IF v_due AND NOT v_queue.is_paused THEN
         PERFORM codity._notify(v_queue.id);
     END IF;
 END;

@@ -49,10 +49,10 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         LOOP
             INSERT INTO codity.jobs AS j
-                (queue_id, task, payload, priority, status, run_at, max_attempts,
+                (queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
                  idempotency_key, schedule_id, created_at, updated_at)
             VALUES
-                (v_queue.id, v_schedule.task, v_schedule.payload, v_schedule.priority, 'queued',
+                (v_queue.id, v_queue.project_id, v_schedule.task, v_schedule.payload, v_schedule.priority, 'queued',
                  v_schedule.next_run_at, v_queue.max_attempts,
                  format('codity:cron:%s:%s', v_schedule.id, extract(epoch FROM v_schedule.next_run_at)::bigint),
                  v_schedule.id, p_now, p_now)

@@ -16,7 +16,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
-    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_queue record := codity._queue(p_queue, p_project_id);
 BEGIN
     PERFORM codity._check_clock(p_now);
     UPDATE codity.queues q SET is_paused = true, paused_at = p_now, updated_at = p_now
@@ -42,7 +42,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
-    v_queue codity.queues := codity._queue(p_queue, p_project_id);
+    v_queue record := codity._queue(p_queue, p_project_id);
 BEGIN
     PERFORM codity._check_clock(p_now);
     UPDATE codity.queues q SET is_paused = false, paused_at = NULL, updated_at = p_now

@@ -26,7 +26,13 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_queue codity.queues;
-    v_requeued integer;
+    v_ids bigint[];
+    v_project_ids bigint[];
+    v_fences integer[];
+    v_attempts integer[];
+    v_worker_ids bigint[];
+    v_claimed_at timestamptz[];
+    v_started_at timestamptz[];
     v_dead record;
 BEGIN
     PERFORM codity._check_clock(p_now);
@@ -45,7 +51,6 @@ BEGIN
         ORDER BY q.id
     LOOP
         -- Below the crash cap: back to queued, attempt refunded.
-        RETURN QUERY
         WITH expired AS MATERIALIZED (
             SELECT j.id, j.attempt, j.worker_id, j.claimed_at, j.started_at FROM codity.jobs j
             WHERE j.queue_id = v_queue.id
@@ -67,28 +72,38 @@ BEGIN
               AND j.status IN ('claimed', 'running')
               AND j.lock_expires_at <= p_now
               AND j.crash_count + 1 < v_queue.max_crashes
-            RETURNING j.id, j.queue_id, j.execution_seq, e.attempt, e.worker_id, e.claimed_at,
+            RETURNING j.id, j.project_id, j.execution_seq, e.attempt, e.worker_id, e.claimed_at,
                       e.started_at
-        ),
-        closed AS (
-            INSERT INTO codity.job_executions
-                (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at,
-                 started_at, finished_at, attempt_refunded, error)
-            SELECT r.id, r.queue_id, r.execution_seq, r.attempt, r.worker_id, 'reaped',
-                   r.claimed_at, r.started_at, p_now, true,
-                   'lease expired: the worker stopped heartbeating'
-            FROM requeued r
         )
-        SELECT r.id, r.queue_id, r.execution_seq, 'requeued'::text FROM requeued r;
+        SELECT coalesce(array_agg(r.id), '{}'), array_agg(r.project_id), array_agg(r.execution_seq),
+               array_agg(r.attempt), array_agg(r.worker_id), array_agg(r.claimed_at),
+               array_agg(r.started_at)
+        INTO v_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at, v_started_at
+        FROM requeued r;
 
-        GET DIAGNOSTICS v_requeued = ROW_COUNT;
-        IF v_requeued > 0 AND NOT v_queue.is_paused THEN
+        -- The execution rows in a statement of their own: an INSERT inside a CTE is never
+        -- router-planned by Citus (DESIGN.md, "Room to scale out", rule 3).
+        INSERT INTO codity.job_executions
+            (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
+             started_at, finished_at, attempt_refunded, error)
+        SELECT r.job_id, v_queue.id, r.project_id, r.fence, r.attempt, r.worker_id, 'reaped',
+               r.claimed_at, r.started_at, p_now, true,
+               'lease expired: the worker stopped heartbeating'
+        FROM unnest(v_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
+                    v_started_at)
+             AS r(job_id, project_id, fence, attempt, worker_id, claimed_at, started_at);
+
+        RETURN QUERY
+        SELECT r.job_id, v_queue.id, r.fence, 'requeued'::text
+        FROM unnest(v_ids, v_fences) AS r(job_id, fence);
+
+        IF cardinality(v_ids) > 0 AND NOT v_queue.is_paused THEN
             PERFORM codity._notify(v_queue.id);
         END IF;
 
         -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
         FOR v_dead IN
-            SELECT j.id, j.queue_id, j.execution_seq, j.status, j.crash_count, j.attempt,
+            SELECT j.id, j.queue_id, j.project_id, j.execution_seq, j.status, j.crash_count, j.attempt,
                    j.worker_id, j.claimed_at, j.started_at
             FROM codity.jobs j
             WHERE j.queue_id = v_queue.id
@@ -102,9 +117,9 @@ BEGIN
             PERFORM codity._check_transition(v_dead.status, 'dead_letter', v_dead.id);
             UPDATE codity.jobs j SET crash_count = j.crash_count + 1 WHERE j.id = v_dead.id;
             INSERT INTO codity.job_executions
-                (job_id, queue_id, execution_seq, attempt, worker_id, status, claimed_at,
+                (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
                  started_at, finished_at, error)
-            VALUES (v_dead.id, v_dead.queue_id, v_dead.execution_seq, v_dead.attempt,
+            VALUES (v_dead.id, v_dead.queue_id, v_dead.project_id, v_dead.execution_seq, v_dead.attempt,
                     v_dead.worker_id, 'reaped', v_dead.claimed_at, v_dead.started_at, p_now,
                     'lease expired: the worker stopped heartbeating');
             PERFORM codity._dead_letter(

@@ -49,8 +49,10 @@ BEGIN
         WHERE j.id = v_job.id;
         v_job_id := v_job.id;
     ELSE
-        INSERT INTO codity.jobs (queue_id, task, payload, priority, status, run_at, max_attempts, created_at, updated_at)
-        VALUES (v_dead.queue_id, v_dead.task, v_dead.payload, v_dead.priority, 'queued', p_now,
+        INSERT INTO codity.jobs
+            (queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
+             created_at, updated_at)
+        VALUES (v_dead.queue_id, v_dead.project_id, v_dead.task, v_dead.payload, v_dead.priority, 'queued', p_now,
                 v_queue.max_attempts, p_now, p_now)
         RETURNING id INTO v_job_id;
     END IF;

@@ -38,30 +38,33 @@ BEGIN
                        v_due - v_state.keep);
     v_until := least(v_due, v_from + interval '1 hour');
 
-    INSERT INTO codity.queue_minutes AS m (queue_id, minute, completed, failed)
-    SELECT x.queue_id, date_trunc('minute', x.finished_at),
+    INSERT INTO codity.queue_minutes AS m (queue_id, project_id, minute, completed, failed)
+    SELECT x.queue_id, q.project_id, date_trunc('minute', x.finished_at),
            count(*) FILTER (WHERE x.status = 'completed'),
            count(*) FILTER (WHERE x.status = 'failed')
     FROM codity.queues q
     JOIN codity.job_executions x
       ON x.queue_id = q.id AND x.finished_at >= v_from AND x.finished_at < v_until
     WHERE x.status IN ('completed', 'failed')
-    GROUP BY 1, 2
+    GROUP BY 1, 2, 3
     ON CONFLICT (queue_id, minute) DO UPDATE
         SET completed = excluded.completed, failed = excluded.failed;
 
-    INSERT INTO codity.queue_minutes AS m (queue_id, minute, dead_lettered)
-    SELECT d.queue_id, date_trunc('minute', d.dead_at), count(*)
+    INSERT INTO codity.queue_minutes AS m (queue_id, project_id, minute, dead_lettered)
+    SELECT d.queue_id, q.project_id, date_trunc('minute', d.dead_at), count(*)
     FROM codity.queues q
     JOIN codity.dead_letters d
       ON d.queue_id = q.id AND d.dead_at >= v_from AND d.dead_at < v_until
-    GROUP BY 1, 2
+    GROUP BY 1, 2, 3
     ON CONFLICT (queue_id, minute) DO UPDATE SET dead_lettered = excluded.dead_lettered;
 
     IF v_until = v_due THEN
-        INSERT INTO codity.queue_minutes AS m (queue_id, minute, claimable, scheduled, running)
-        SELECT d.queue_id, v_until - interval '1 minute', d.claimable, d.scheduled, d.running
+        INSERT INTO codity.queue_minutes AS m
+            (queue_id, project_id, minute, claimable, scheduled, running)
+        SELECT d.queue_id, q.project_id, v_until - interval '1 minute', d.claimable, d.scheduled,
+               d.running
         FROM codity.queue_depths(NULL, NULL, p_now) d
+        JOIN codity.queues q ON q.id = d.queue_id
         WHERE d.claimable + d.scheduled + d.running > 0
         ON CONFLICT (queue_id, minute) DO UPDATE
             SET claimable = excluded.claimable, scheduled = excluded.scheduled,

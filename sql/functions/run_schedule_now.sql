@@ -42,10 +42,10 @@ BEGIN
     SELECT q.* INTO STRICT v_queue FROM codity.queues q WHERE q.id = v_schedule.queue_id;
 
     INSERT INTO codity.jobs AS j
-        (queue_id, task, payload, priority, status, run_at, max_attempts,
+        (queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
          schedule_id, created_at, updated_at)
     VALUES
-        (v_queue.id, v_schedule.task, v_schedule.payload, v_schedule.priority, 'queued',
+        (v_queue.id, v_queue.project_id, v_schedule.task, v_schedule.payload, v_schedule.priority, 'queued',
          p_now, v_queue.max_attempts, v_schedule.id, p_now, p_now)
     RETURNING j.id INTO v_job_id;
 

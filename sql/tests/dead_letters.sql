@@ -84,8 +84,9 @@ BEGIN
     v_dead := pg_temp.dead_job('dl-orphan', '{"file": "b.csv"}', t0);
     v_old_job := (SELECT job_id FROM codity.dead_letters WHERE id = v_dead);
     DELETE FROM codity.jobs WHERE id = v_old_job;
-    ASSERT (SELECT job_id IS NULL AND payload = '{"file": "b.csv"}' AND reason = 'failed: not retryable'
-            FROM codity.dead_letters WHERE id = v_dead), 'the dead letter survives, its job reference nulled';
+    ASSERT (SELECT job_id = v_old_job AND payload = '{"file": "b.csv"}' AND reason = 'failed: not retryable'
+            FROM codity.dead_letters WHERE id = v_dead), 'the dead letter survives, its job id kept as history';
+    ASSERT NOT EXISTS (SELECT 1 FROM codity.jobs WHERE id = v_old_job), 'the job itself is gone';
 
     SELECT * INTO r FROM codity.replay_dead_letter(v_dead, p_now => t0 + interval '1 hour');
     ASSERT r.job_id <> v_old_job AND r.job_status = 'queued', format('a new job: %s', r);

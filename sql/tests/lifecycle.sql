@@ -226,7 +226,7 @@ BEGIN
     ASSERT c2.job_id = c1.job_id AND c2.fence = c1.fence + 1, 'the job was reclaimed with a new fence';
 
     SELECT * INTO v_job_before FROM codity.jobs WHERE id = c1.job_id;
-    SELECT string_agg(x::text, ';' ORDER BY x.id) INTO v_exec_before FROM codity.job_executions x WHERE x.job_id = c1.job_id;
+    SELECT string_agg(x::text, ';' ORDER BY x.execution_seq) INTO v_exec_before FROM codity.job_executions x WHERE x.job_id = c1.job_id;
 
     SELECT * INTO r FROM codity.start(c1.job_id, c1.fence, p_now => t0 + interval '40 seconds');
     ASSERT NOT r.accepted AND r.job_status = 'claimed', format('stale start: %s', r);
@@ -239,7 +239,7 @@ BEGIN
     ASSERT NOT r.accepted, 'stale release refused';
 
     ASSERT (SELECT j = v_job_before FROM codity.jobs j WHERE j.id = c1.job_id), 'the job row is untouched';
-    ASSERT (SELECT string_agg(x::text, ';' ORDER BY x.id) FROM codity.job_executions x WHERE x.job_id = c1.job_id) = v_exec_before,
+    ASSERT (SELECT string_agg(x::text, ';' ORDER BY x.execution_seq) FROM codity.job_executions x WHERE x.job_id = c1.job_id) = v_exec_before,
         'the executions are untouched';
     ASSERT (SELECT array_agg(f.call ORDER BY f.id) FROM codity.fence_rejections f WHERE f.job_id = c1.job_id)
            = ARRAY['start', 'complete', 'fail', 'release'], 'every stale call is recorded';

@@ -186,7 +186,7 @@ JOIN codity.jobs j ON j.id = e.job_id AND j.queue_id = e.queue_id
 JOIN codity.queues q ON q.id = e.queue_id
 WHERE e.worker_id = %(worker_id)s AND e.attempt_refunded
   AND q.project_id = %(project_id)s
-ORDER BY e.claimed_at DESC, e.id DESC
+ORDER BY e.claimed_at DESC, e.job_id DESC, e.execution_seq DESC
 LIMIT %(limit)s
 """
 
