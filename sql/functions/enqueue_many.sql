@@ -51,33 +51,40 @@ BEGIN
             USING ERRCODE = 'CD010', HINT = 'Split the batch.';
     END IF;
 
-    SELECT e.ord, codity._job_spec_problem(e.spec) AS problem INTO v_bad
-    FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
-    WHERE codity._job_spec_problem(e.spec) IS NOT NULL
-    ORDER BY e.ord
-    LIMIT 1;
-    IF v_bad.ord IS NOT NULL THEN
+    -- One pass over the batch: the first invalid job, the first oversized payload, and ids
+    -- from the sequence, so the rows can be found again without an INSERT inside a CTE, which
+    -- Citus never plans on one node (DESIGN.md, "Room to scale out", rule 3).
+    -- A job is due now when it is valid and its run_at is not later (CASE keeps an invalid
+    -- run_at from being cast).
+    SELECT (pg_catalog.array_agg(c.ord ORDER BY c.ord) FILTER (WHERE c.problem IS NOT NULL))[1]
+               AS bad_ord,
+           (pg_catalog.array_agg(c.problem ORDER BY c.ord) FILTER (WHERE c.problem IS NOT NULL))[1]
+               AS problem,
+           (pg_catalog.array_agg(c.ord ORDER BY c.ord) FILTER (WHERE c.size > 65536))[1] AS big_ord,
+           (pg_catalog.array_agg(c.size ORDER BY c.ord) FILTER (WHERE c.size > 65536))[1] AS size,
+           pg_catalog.array_agg(pg_catalog.nextval('codity.jobs_id_seq') ORDER BY c.ord) AS ids,
+           coalesce(pg_catalog.bool_or(CASE WHEN c.problem IS NULL
+                                            THEN coalesce((c.spec ->> 'run_at')::timestamptz, p_now)
+                                                 <= p_now END), false) AS any_due
+    INTO v_bad
+    FROM (
+        SELECT e.ord::integer AS ord, e.spec, codity._job_spec_problem(e.spec) AS problem,
+               octet_length(coalesce(e.spec -> 'payload', '{}'::jsonb)::text) AS size
+        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+    ) AS c;
+    IF v_bad.bad_ord IS NOT NULL THEN
         RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN 'invalid job: ' || v_bad.problem
-                                  ELSE format('job %s of the batch is invalid: %s', v_bad.ord, v_bad.problem) END
+                                  ELSE format('job %s of the batch is invalid: %s', v_bad.bad_ord, v_bad.problem) END
             USING ERRCODE = 'CD010';
     END IF;
-
-    SELECT e.ord, octet_length(coalesce(e.spec -> 'payload', '{}'::jsonb)::text) AS size INTO v_bad
-    FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
-    WHERE octet_length(coalesce(e.spec -> 'payload', '{}'::jsonb)::text) > 65536
-    ORDER BY e.ord
-    LIMIT 1;
-    IF v_bad.ord IS NOT NULL THEN
+    IF v_bad.big_ord IS NOT NULL THEN
         RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN format('payload is %s bytes; the limit is 65536', v_bad.size)
-                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_bad.ord, v_bad.size) END
+                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_bad.big_ord, v_bad.size) END
             USING ERRCODE = 'CD011',
                   HINT = 'Store large data elsewhere and put a reference in the payload.';
     END IF;
+    v_ids := v_bad.ids;
 
-    -- Ids first, so the rows can be found again without an INSERT inside a CTE, which Citus
-    -- never plans on one node (DESIGN.md, "Room to scale out", rule 3).
-    v_ids := ARRAY(SELECT pg_catalog.nextval('codity.jobs_id_seq')
-                   FROM generate_series(1, jsonb_array_length(p_jobs)));
     INSERT INTO codity.jobs AS j
         (id, queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
          idempotency_key, created_at, updated_at)
@@ -101,9 +108,7 @@ BEGIN
     GET DIAGNOSTICS v_inserted = ROW_COUNT;
     -- A wakeup when a job due now went in. In a batch where some job hit an idempotency key,
     -- a due job that hit one may still wake the queue's workers once for nothing: harmless.
-    v_due := v_inserted > 0 AND EXISTS (
-        SELECT 1 FROM jsonb_array_elements(p_jobs) AS e(spec)
-        WHERE coalesce((e.spec ->> 'run_at')::timestamptz, p_now) <= p_now);
+    v_due := v_inserted > 0 AND v_bad.any_due;
 
     -- Each position's job: the one inserted under its id, else the one holding its key. This
     -- is a new statement, so it sees a concurrent enqueue that committed meanwhile.
