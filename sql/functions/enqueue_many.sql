@@ -36,6 +36,8 @@ AS $$
 DECLARE
     v_queue record := codity._queue(p_queue, p_project_id);
     v_bad record;
+    v_problem text;
+    v_size integer;
     v_due boolean;
     v_ids bigint[];
     v_inserted integer;
@@ -51,17 +53,12 @@ BEGIN
             USING ERRCODE = 'CD010', HINT = 'Split the batch.';
     END IF;
 
-    -- One pass over the batch: the first invalid job, the first oversized payload, and ids
-    -- from the sequence, so the rows can be found again without an INSERT inside a CTE, which
-    -- Citus never plans on one node (DESIGN.md, "Room to scale out", rule 3).
-    -- A job is due now when it is valid and its run_at is not later (CASE keeps an invalid
-    -- run_at from being cast).
-    SELECT (pg_catalog.array_agg(c.ord ORDER BY c.ord) FILTER (WHERE c.problem IS NOT NULL))[1]
-               AS bad_ord,
-           (pg_catalog.array_agg(c.problem ORDER BY c.ord) FILTER (WHERE c.problem IS NOT NULL))[1]
-               AS problem,
-           (pg_catalog.array_agg(c.ord ORDER BY c.ord) FILTER (WHERE c.size > 65536))[1] AS big_ord,
-           (pg_catalog.array_agg(c.size ORDER BY c.ord) FILTER (WHERE c.size > 65536))[1] AS size,
+    -- One pass over the batch: the first invalid job, the first oversized payload, whether
+    -- any job is due now (CASE keeps an invalid run_at from being cast), and ids from the
+    -- sequence, so the rows can be found again without an INSERT inside a CTE, which Citus
+    -- never plans on one node (DESIGN.md, "Room to scale out", rule 3).
+    SELECT pg_catalog.min(c.ord) FILTER (WHERE c.problem IS NOT NULL) AS bad_ord,
+           pg_catalog.min(c.ord) FILTER (WHERE c.size > 65536) AS big_ord,
            pg_catalog.array_agg(pg_catalog.nextval('codity.jobs_id_seq') ORDER BY c.ord) AS ids,
            coalesce(pg_catalog.bool_or(CASE WHEN c.problem IS NULL
                                             THEN coalesce((c.spec ->> 'run_at')::timestamptz, p_now)
@@ -73,13 +70,15 @@ BEGIN
         FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
     ) AS c;
     IF v_bad.bad_ord IS NOT NULL THEN
-        RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN 'invalid job: ' || v_bad.problem
-                                  ELSE format('job %s of the batch is invalid: %s', v_bad.bad_ord, v_bad.problem) END
+        v_problem := codity._job_spec_problem(p_jobs -> (v_bad.bad_ord - 1));
+        RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN 'invalid job: ' || v_problem
+                                  ELSE format('job %s of the batch is invalid: %s', v_bad.bad_ord, v_problem) END
             USING ERRCODE = 'CD010';
     END IF;
     IF v_bad.big_ord IS NOT NULL THEN
-        RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN format('payload is %s bytes; the limit is 65536', v_bad.size)
-                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_bad.big_ord, v_bad.size) END
+        v_size := octet_length((p_jobs -> (v_bad.big_ord - 1) -> 'payload')::text);
+        RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN format('payload is %s bytes; the limit is 65536', v_size)
+                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_bad.big_ord, v_size) END
             USING ERRCODE = 'CD011',
                   HINT = 'Store large data elsewhere and put a reference in the payload.';
     END IF;
@@ -110,20 +109,31 @@ BEGIN
     -- a due job that hit one may still wake the queue's workers once for nothing: harmless.
     v_due := v_inserted > 0 AND v_bad.any_due;
 
-    -- Each position's job: the one inserted under its id, else the one holding its key. This
-    -- is a new statement, so it sees a concurrent enqueue that committed meanwhile.
-    RETURN QUERY
-    SELECT e.ord::integer, f.id, f.status, f.run_at, f.id = v_ids[e.ord]
-    FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
-    CROSS JOIN LATERAL (
-        (SELECT j.id, j.status, j.run_at FROM codity.jobs j
-         WHERE j.queue_id = v_queue.id AND j.id = v_ids[e.ord])
-        UNION ALL
-        (SELECT j.id, j.status, j.run_at FROM codity.jobs j
-         WHERE j.queue_id = v_queue.id AND j.idempotency_key = e.spec ->> 'idempotency_key')
-        LIMIT 1
-    ) AS f
-    ORDER BY e.ord;
+    IF v_inserted = cardinality(v_ids) THEN
+        -- Every job went in as described: each position's answer is known without a read.
+        RETURN QUERY
+        SELECT e.ord::integer, v_ids[e.ord],
+               CASE WHEN coalesce((e.spec ->> 'run_at')::timestamptz, p_now) <= p_now
+                    THEN 'queued'::codity.job_status ELSE 'scheduled'::codity.job_status END,
+               coalesce((e.spec ->> 'run_at')::timestamptz, p_now), true
+        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+        ORDER BY e.ord;
+    ELSE
+        -- Each position's job: the one inserted under its id, else the one holding its key.
+        -- This is a new statement, so it sees a concurrent enqueue that committed meanwhile.
+        RETURN QUERY
+        SELECT e.ord::integer, f.id, f.status, f.run_at, f.id = v_ids[e.ord]
+        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
+        CROSS JOIN LATERAL (
+            (SELECT j.id, j.status, j.run_at FROM codity.jobs j
+             WHERE j.queue_id = v_queue.id AND j.id = v_ids[e.ord])
+            UNION ALL
+            (SELECT j.id, j.status, j.run_at FROM codity.jobs j
+             WHERE j.queue_id = v_queue.id AND j.idempotency_key = e.spec ->> 'idempotency_key')
+            LIMIT 1
+        ) AS f
+        ORDER BY e.ord;
+    END IF;
 
     IF v_due AND NOT v_queue.is_paused THEN
         PERFORM codity._notify(v_queue.id);

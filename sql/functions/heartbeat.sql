@@ -31,6 +31,8 @@ AS $$
 DECLARE
     v_worker codity.workers;
     v_extended bigint[];
+    v_queue_ids bigint[];
+    v_lease_ends timestamptz[];
     v_job codity.jobs;
     v_pair record;
 BEGIN
@@ -48,17 +50,24 @@ BEGIN
     SET last_heartbeat_at = GREATEST(w.last_heartbeat_at, p_now), status = 'active', stopped_at = NULL
     WHERE w.id = p_worker_id;
 
+    -- Each queue's new lease end first: no time arithmetic on columns inside the UPDATE
+    -- (DESIGN.md, "Room to scale out", rule 9).
+    SELECT pg_catalog.array_agg(q.id),
+           pg_catalog.array_agg(p_now + pg_catalog.make_interval(secs => q.lease_seconds))
+    INTO v_queue_ids, v_lease_ends
+    FROM codity.queues q
+    WHERE q.id IN (SELECT j.queue_id FROM codity.jobs j WHERE j.id = ANY (p_job_ids));
+
     WITH extended AS (
         UPDATE codity.jobs j
-        SET lock_expires_at = GREATEST(j.lock_expires_at,
-                                       p_now + pg_catalog.make_interval(secs => q.lease_seconds)),
-            updated_at = p_now
-        FROM unnest(p_job_ids, p_fences) AS h(job_id, fence), codity.queues q
+        SET lock_expires_at = GREATEST(j.lock_expires_at, l.lease_end), updated_at = p_now
+        FROM unnest(p_job_ids, p_fences) AS h(job_id, fence),
+             unnest(v_queue_ids, v_lease_ends) AS l(queue_id, lease_end)
         WHERE j.id = h.job_id
+          AND j.queue_id = l.queue_id
           AND j.execution_seq = h.fence
           AND j.status IN ('claimed', 'running')
           AND j.worker_id = p_worker_id
-          AND q.id = j.queue_id
         RETURNING j.id
     )
     SELECT coalesce(array_agg(e.id), '{}') INTO v_extended FROM extended e;

@@ -21,7 +21,9 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_worker record;
+    v_queue_id bigint;
     v_expired integer;
+    v_count integer;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_stale_after IS NULL THEN
@@ -34,12 +36,21 @@ BEGIN
         UPDATE codity.workers w
         SET status = 'dead', stopped_at = p_now
         WHERE w.status = 'active' AND w.last_heartbeat_at < p_now - p_stale_after
-        RETURNING w.id, w.name, w.last_heartbeat_at
+        RETURNING w.id, w.name, w.last_heartbeat_at, w.project_id
     LOOP
-        UPDATE codity.jobs j
-        SET lock_expires_at = LEAST(j.lock_expires_at, p_now), updated_at = p_now
-        WHERE j.worker_id = v_worker.id AND j.status IN ('claimed', 'running');
-        GET DIAGNOSTICS v_expired = ROW_COUNT;
+        -- Queue by queue of the worker's project: a statement that writes job rows stays on
+        -- one queue (DESIGN.md, "Room to scale out", rule 6).
+        v_expired := 0;
+        FOR v_queue_id IN
+            SELECT q.id FROM codity.queues q WHERE q.project_id = v_worker.project_id ORDER BY q.id
+        LOOP
+            UPDATE codity.jobs j
+            SET lock_expires_at = LEAST(j.lock_expires_at, p_now), updated_at = p_now
+            WHERE j.queue_id = v_queue_id AND j.worker_id = v_worker.id
+              AND j.status IN ('claimed', 'running');
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            v_expired := v_expired + v_count;
+        END LOOP;
         RETURN QUERY SELECT v_worker.id, v_worker.name, v_worker.last_heartbeat_at, v_expired;
     END LOOP;
 END;
