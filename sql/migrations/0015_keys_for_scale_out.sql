@@ -26,6 +26,10 @@
 --    history; readers join with LEFT JOIN and find no job when it is gone.
 -- 5. scheduled_jobs.last_job_id no longer references jobs: a small table does not point at
 --    a job table. The schedules' read already joins it with LEFT JOIN.
+-- On a large installation this writes every row of the job tables once (the project_id
+-- copy) and rebuilds the keys of jobs, job_executions and dead_letters, holding their locks
+-- until it commits: run it when the queues may stand still for that long.
+-- tests/test_migration_0015.py carries a 0014 database with rows in every state over.
 -- Append-only: never edit this file once merged; add a new migration instead.
 -- depends: 0014_no_worker_foreign_keys
 
