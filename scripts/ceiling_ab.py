@@ -15,6 +15,7 @@ machine only a difference larger than the rounds' spread means anything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -27,28 +28,21 @@ from pathlib import Path
 import psycopg
 
 from codity.bench._worker_loop import loop_workers, pgbench_path, worker_loop_script
-from codity.db.migrate import migrate
+from codity.explain import scratch_database
 
 JOBS = 20_000
 CLIENTS = 2
 BATCH = 100
 
 
-def _with_database(server_url: str, name: str) -> str:
-    return server_url.rsplit("/", 1)[0] + "/" + name
-
-
-def _create(server_url: str, name: str, sql_folder: str) -> str:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    url = _with_database(server_url, name)
+def _scratch(stack: contextlib.ExitStack, server_url: str, sql_folder: str) -> str:
+    """A scratch database migrated from ``sql_folder`` (CODITY_SQL_DIR while it migrates),
+    dropped when ``stack`` closes."""
     os.environ["CODITY_SQL_DIR"] = str(Path(sql_folder).resolve())
     try:
-        migrate(url)
+        return stack.enter_context(scratch_database(server_url, "codity_ab"))
     finally:
         del os.environ["CODITY_SQL_DIR"]
-    return url
 
 
 def _drain(url: str, queue: str, script: Path) -> float:
@@ -80,19 +74,14 @@ def _drain(url: str, queue: str, script: Path) -> float:
 def main(server_url: str, first: str, second: str, rounds: int) -> None:
     script = Path(tempfile.mkstemp(suffix=".sql")[1])
     script.write_text(worker_loop_script())
-    urls = {first: _create(server_url, "codity_ab_1", first)}
-    urls[second] = _create(server_url, "codity_ab_2", second)
-    found: dict[str, list[float]] = {folder: [] for folder in urls}
-    try:
+    found: dict[str, list[float]] = {first: [], second: []}
+    with contextlib.ExitStack() as stack:
+        stack.callback(script.unlink)
+        urls = {folder: _scratch(stack, server_url, folder) for folder in found}
         for n in range(rounds):
             for folder, url in urls.items():
                 found[folder].append(_drain(url, f"round-{n}", script))
                 print(f"round {n + 1}: {folder}: {found[folder][-1]:,.0f} jobs/s", flush=True)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            for name in ("codity_ab_1", "codity_ab_2"):
-                conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        script.unlink()
     for folder, per_second in found.items():
         spread = f"{min(per_second):,.0f}-{max(per_second):,.0f}"
         print(f"{folder}: median {statistics.median(per_second):,.0f} jobs/s (rounds {spread})")

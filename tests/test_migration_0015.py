@@ -22,7 +22,7 @@ from psycopg import sql
 
 from codity.db.migrate import migrate, sql_dir
 from tests.conftest import _with_database, drop_database
-from tests.sqlapi import make_project
+from tests.sqlapi import make_project, one
 
 TABLES = ("jobs", "job_executions", "dead_letters", "queue_minutes", "fence_rejections")
 
@@ -49,15 +49,9 @@ def _migrated_to_0014(url: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("CODITY_SQL_DIR")
 
 
-def _one(conn: psycopg.Connection[Any], query: str | sql.Composed, params: Any = None) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def _fill(conn: psycopg.Connection[Any], project: int) -> dict[str, int]:
     """One queue of ``project`` with a job in each state and the rows around them."""
-    queue = _one(
+    queue = one(
         conn,
         "INSERT INTO codity.queues (project_id, name) VALUES (%s, 'q') RETURNING id",
         [project],
@@ -71,7 +65,7 @@ def _fill(conn: psycopg.Connection[Any], project: int) -> dict[str, int]:
         ("completed", 1, False, True, True),
         ("dead_letter", 1, False, True, True),
     ):
-        jobs[status] = _one(
+        jobs[status] = one(
             conn,
             "INSERT INTO codity.jobs (queue_id, task, status, run_at, max_attempts, attempt,"
             " execution_seq, claimed_at, started_at, finished_at, lock_expires_at)"
@@ -115,7 +109,10 @@ def _fill(conn: psycopg.Connection[Any], project: int) -> dict[str, int]:
 
 def _counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {
-        table: _one(conn, sql.SQL("SELECT count(*) FROM codity.{}").format(sql.Identifier(table)))
+        table: one(
+            conn,
+            sql.SQL("SELECT count(*) FROM codity.{}").format(sql.Identifier(table)).as_string(conn),
+        )
         for table in TABLES
     }
 
@@ -125,7 +122,7 @@ def test_migration_0015_carries_every_row_over_and_the_upgrade_runs_a_job(
 ) -> None:
     _migrated_to_0014(empty_url, tmp_path / "sql", monkeypatch)
     with psycopg.connect(empty_url, autocommit=True) as conn:
-        default = _one(conn, "SELECT id FROM codity.projects WHERE is_default")
+        default = one(conn, "SELECT id FROM codity.projects WHERE is_default")
         _, second = make_project(conn, "upgraded")
         filled = {default: _fill(conn, default), second: _fill(conn, second)}
         conn.execute(
@@ -140,18 +137,20 @@ def test_migration_0015_carries_every_row_over_and_the_upgrade_runs_a_job(
     with psycopg.connect(empty_url, autocommit=True) as conn:
         assert _counts(conn) == before
         for table in TABLES:
-            wrong = _one(
+            wrong = one(
                 conn,
                 sql.SQL(
                     "SELECT count(*) FROM codity.{} t"
                     " LEFT JOIN codity.queues q ON q.id = t.queue_id"
                     " WHERE t.project_id IS DISTINCT FROM q.project_id"
-                ).format(sql.Identifier(table)),
+                )
+                .format(sql.Identifier(table))
+                .as_string(conn),
             )
             assert wrong == 0, table
         for project, jobs in filled.items():
             assert (
-                _one(
+                one(
                     conn,
                     "SELECT job_id FROM codity.dead_letters WHERE queue_id = %s",
                     [jobs["queue"]],
@@ -159,7 +158,7 @@ def test_migration_0015_carries_every_row_over_and_the_upgrade_runs_a_job(
                 == jobs["dead_letter"]
             )
             assert (
-                _one(
+                one(
                     conn,
                     "SELECT last_job_id FROM codity.scheduled_jobs WHERE project_id = %s",
                     [project],
@@ -167,11 +166,11 @@ def test_migration_0015_carries_every_row_over_and_the_upgrade_runs_a_job(
                 == jobs["completed"]
             )
         assert (
-            _one(conn, "SELECT project_id FROM codity.fence_rejections WHERE job_id = 999999")
+            one(conn, "SELECT project_id FROM codity.fence_rejections WHERE job_id = 999999")
             is None
         )
 
-        worker = _one(
+        worker = one(
             conn, "SELECT codity.register_worker('w', ARRAY['q'], p_project_id => %s)", [second]
         )
         claimed = conn.execute(
@@ -184,7 +183,7 @@ def test_migration_0015_carries_every_row_over_and_the_upgrade_runs_a_job(
         ).fetchall()
         assert outcome == [("applied",)]
         assert (
-            _one(
+            one(
                 conn,
                 "SELECT project_id FROM codity.job_executions WHERE job_id = %s",
                 [claimed[0][0]],

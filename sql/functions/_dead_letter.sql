@@ -1,7 +1,8 @@
 -- codity._dead_letter: move one locked job to dead_letter and copy it to dead_letters.
 --
 -- The caller holds the job's row lock and has already checked the transition. The copy
--- keeps payload, task and reason so the dead letter outlives the job (FK SET NULL).
+-- keeps payload, task and reason so the dead letter outlives the job (its job_id stays as
+-- history, not a foreign key: migration 0015).
 --
 -- SECURITY INVOKER without SET: called only from definer functions, it runs as their
 -- owner under their pinned search_path (pg_temp last); granted to nobody.

@@ -36,11 +36,7 @@ BEGIN
     SET status = 'cancelled', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
     WHERE j.id = v_job.id;
     IF v_job.status IN ('claimed', 'running') THEN
-        INSERT INTO codity.job_executions
-            (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
-             started_at, finished_at, error)
-        VALUES (v_job.id, v_job.queue_id, v_job.project_id, v_job.execution_seq, v_job.attempt, v_job.worker_id,
-                'cancelled', v_job.claimed_at, v_job.started_at, p_now, 'cancelled by an operator');
+        PERFORM codity._close_attempt(v_job, 'cancelled', p_now, 'cancelled by an operator');
     END IF;
     RETURN QUERY SELECT v_job.id, v_job.status, 'cancelled'::codity.job_status;
 END;

@@ -35,11 +35,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_queue record := codity._queue(p_queue, p_project_id);
-    v_bad record;
+    v_batch record;
     v_problem text;
     v_size integer;
     v_due boolean;
-    v_ids bigint[];
     v_inserted integer;
 BEGIN
     PERFORM codity._check_clock(p_now);
@@ -63,32 +62,31 @@ BEGIN
            coalesce(pg_catalog.bool_or(CASE WHEN c.problem IS NULL
                                             THEN coalesce((c.spec ->> 'run_at')::timestamptz, p_now)
                                                  <= p_now END), false) AS any_due
-    INTO v_bad
+    INTO v_batch
     FROM (
         SELECT e.ord::integer AS ord, e.spec, codity._job_spec_problem(e.spec) AS problem,
                octet_length(coalesce(e.spec -> 'payload', '{}'::jsonb)::text) AS size
         FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
     ) AS c;
-    IF v_bad.bad_ord IS NOT NULL THEN
-        v_problem := codity._job_spec_problem(p_jobs -> (v_bad.bad_ord - 1));
+    IF v_batch.bad_ord IS NOT NULL THEN
+        v_problem := codity._job_spec_problem(p_jobs -> (v_batch.bad_ord - 1));
         RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN 'invalid job: ' || v_problem
-                                  ELSE format('job %s of the batch is invalid: %s', v_bad.bad_ord, v_problem) END
+                                  ELSE format('job %s of the batch is invalid: %s', v_batch.bad_ord, v_problem) END
             USING ERRCODE = 'CD010';
     END IF;
-    IF v_bad.big_ord IS NOT NULL THEN
-        v_size := octet_length((p_jobs -> (v_bad.big_ord - 1) -> 'payload')::text);
+    IF v_batch.big_ord IS NOT NULL THEN
+        v_size := octet_length((p_jobs -> (v_batch.big_ord - 1) -> 'payload')::text);
         RAISE EXCEPTION '%', CASE WHEN jsonb_array_length(p_jobs) = 1 THEN format('payload is %s bytes; the limit is 65536', v_size)
-                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_bad.big_ord, v_size) END
+                                  ELSE format('payload of job %s is %s bytes; the limit is 65536', v_batch.big_ord, v_size) END
             USING ERRCODE = 'CD011',
                   HINT = 'Store large data elsewhere and put a reference in the payload.';
     END IF;
-    v_ids := v_bad.ids;
 
     INSERT INTO codity.jobs AS j
         (id, queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
          idempotency_key, created_at, updated_at)
     OVERRIDING SYSTEM VALUE
-    SELECT v_ids[s.ord], v_queue.id, v_queue.project_id, s.task, s.payload, s.priority,
+    SELECT v_batch.ids[s.ord], v_queue.id, v_queue.project_id, s.task, s.payload, s.priority,
            CASE WHEN s.run_at <= p_now THEN 'queued'::codity.job_status
                 ELSE 'scheduled'::codity.job_status END,
            s.run_at, s.max_attempts, s.idempotency_key, p_now, p_now
@@ -107,12 +105,12 @@ BEGIN
     GET DIAGNOSTICS v_inserted = ROW_COUNT;
     -- A wakeup when a job due now went in. In a batch where some job hit an idempotency key,
     -- a due job that hit one may still wake the queue's workers once for nothing: harmless.
-    v_due := v_inserted > 0 AND v_bad.any_due;
+    v_due := v_inserted > 0 AND v_batch.any_due;
 
-    IF v_inserted = cardinality(v_ids) THEN
+    IF v_inserted = cardinality(v_batch.ids) THEN
         -- Every job went in as described: each position's answer is known without a read.
         RETURN QUERY
-        SELECT e.ord::integer, v_ids[e.ord],
+        SELECT e.ord::integer, v_batch.ids[e.ord],
                CASE WHEN coalesce((e.spec ->> 'run_at')::timestamptz, p_now) <= p_now
                     THEN 'queued'::codity.job_status ELSE 'scheduled'::codity.job_status END,
                coalesce((e.spec ->> 'run_at')::timestamptz, p_now), true
@@ -122,11 +120,11 @@ BEGIN
         -- Each position's job: the one inserted under its id, else the one holding its key.
         -- This is a new statement, so it sees a concurrent enqueue that committed meanwhile.
         RETURN QUERY
-        SELECT e.ord::integer, f.id, f.status, f.run_at, f.id = v_ids[e.ord]
+        SELECT e.ord::integer, f.id, f.status, f.run_at, f.id = v_batch.ids[e.ord]
         FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(spec, ord)
         CROSS JOIN LATERAL (
             (SELECT j.id, j.status, j.run_at FROM codity.jobs j
-             WHERE j.queue_id = v_queue.id AND j.id = v_ids[e.ord])
+             WHERE j.queue_id = v_queue.id AND j.id = v_batch.ids[e.ord])
             UNION ALL
             (SELECT j.id, j.status, j.run_at FROM codity.jobs j
              WHERE j.queue_id = v_queue.id AND j.idempotency_key = e.spec ->> 'idempotency_key')

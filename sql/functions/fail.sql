@@ -53,11 +53,7 @@ BEGIN
     PERFORM codity._check_transition(v_job.status, 'failed', v_job.id);
     SELECT q.* INTO v_queue FROM codity.queues q WHERE q.id = v_job.queue_id;
 
-    INSERT INTO codity.job_executions
-        (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at, started_at,
-         finished_at, error)
-    VALUES (v_job.id, v_job.queue_id, v_job.project_id, v_job.execution_seq, v_job.attempt, v_job.worker_id,
-            'failed', v_job.claimed_at, v_job.started_at, p_now, v_error);
+    PERFORM codity._close_attempt(v_job, 'failed', p_now, v_error);
 
     IF NOT coalesce(p_retryable, true) OR v_job.attempt >= v_job.max_attempts THEN
         PERFORM codity._check_transition('failed', 'dead_letter', v_job.id);

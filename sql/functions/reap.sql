@@ -33,7 +33,7 @@ DECLARE
     v_worker_ids bigint[];
     v_claimed_at timestamptz[];
     v_started_at timestamptz[];
-    v_dead record;
+    v_dead codity.jobs;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit < 1 THEN
@@ -103,9 +103,7 @@ BEGIN
 
         -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
         FOR v_dead IN
-            SELECT j.id, j.queue_id, j.project_id, j.execution_seq, j.status, j.crash_count, j.attempt,
-                   j.worker_id, j.claimed_at, j.started_at
-            FROM codity.jobs j
+            SELECT j.* FROM codity.jobs j
             WHERE j.queue_id = v_queue.id
               AND j.status IN ('claimed', 'running')
               AND j.lock_expires_at <= p_now
@@ -116,12 +114,8 @@ BEGIN
         LOOP
             PERFORM codity._check_transition(v_dead.status, 'dead_letter', v_dead.id);
             UPDATE codity.jobs j SET crash_count = j.crash_count + 1 WHERE j.id = v_dead.id;
-            INSERT INTO codity.job_executions
-                (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
-                 started_at, finished_at, error)
-            VALUES (v_dead.id, v_dead.queue_id, v_dead.project_id, v_dead.execution_seq, v_dead.attempt,
-                    v_dead.worker_id, 'reaped', v_dead.claimed_at, v_dead.started_at, p_now,
-                    'lease expired: the worker stopped heartbeating');
+            PERFORM codity._close_attempt(v_dead, 'reaped', p_now,
+                                          'lease expired: the worker stopped heartbeating');
             PERFORM codity._dead_letter(
                 v_dead.id,
                 format('crashed: lease expired %s times (max_crashes %s)', v_dead.crash_count + 1, v_queue.max_crashes),

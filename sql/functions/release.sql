@@ -40,11 +40,7 @@ BEGIN
     UPDATE codity.jobs j
     SET status = 'queued', attempt = j.attempt - 1, lock_expires_at = NULL, updated_at = p_now
     WHERE j.id = p_job_id;
-    INSERT INTO codity.job_executions
-        (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at, started_at,
-         finished_at, attempt_refunded)
-    VALUES (v_job.id, v_job.queue_id, v_job.project_id, v_job.execution_seq, v_job.attempt, v_job.worker_id,
-            'released', v_job.claimed_at, v_job.started_at, p_now, true);
+    PERFORM codity._close_attempt(v_job, 'released', p_now, p_refunded => true);
     PERFORM codity._notify(v_job.queue_id);
     RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'queued'::codity.job_status,
                         'released; attempt not charged'::text;
