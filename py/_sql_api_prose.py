@@ -109,6 +109,17 @@ PostgreSQL array: pass results through `JSON.stringify`.
    charged, a job you will not finish (shutting down).
 8. **Leave**: `SELECT codity.deregister_worker(worker)` releases whatever it still holds.
 
+**By queue id.** Every hot call above has a body that takes the queue's id first and works
+on that queue alone: `claim_in_queue(queue_id, worker, n, ...)`, `start_many_in_queue`,
+`complete_many_in_queue(queue_id, job_ids, fences, results)`, `fail_in_queue(queue_id, job,
+fence, error, retryable)`, `release_in_queue(queue_id, job, fence)`,
+`extend_leases(queue_id, worker, job_ids, fences)` (the per-queue part of `heartbeat`, which
+does not mark the worker alive) and `enqueue_many_in_queue(queue_id, jobs)`. The calls by
+name and by job id are wrappers that find the queue and call them; a worker that has its
+queues' ids from `worker_queues` saves that lookup and keeps to one queue per call, which is
+what a database distributed by queue needs. A job of another queue is unknown to a body
+(CD003 "job N does not exist in queue Q"). The Python worker calls these.
+
 **Repeating a call.** A connection that drops during a call leaves its outcome unknown: send
 the same call again. Each fenced call answers with `accepted` and an `outcome`:
 

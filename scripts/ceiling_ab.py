@@ -9,7 +9,8 @@ Two scratch databases on one server, each migrated from one ``sql/`` folder (thr
 CODITY_SQL_DIR), get 20,000 queued jobs per round and are drained alternately by pgbench
 running the worker's own two statements (py/bench/_worker_loop.py: 2 clients, 100 jobs per
 claim, no worker process). Prints each round and the medians in jobs/s. The worker's
-statements are this checkout's, so both folders must accept them. On a shared, noisy
+statements are this checkout's, so both folders must accept them (since migration 0016
+they call the functions by queue id). On a shared, noisy
 machine only a difference larger than the rounds' spread means anything.
 """
 
@@ -52,11 +53,11 @@ def _drain(url: str, queue: str, script: Path) -> float:
         for _ in range(JOBS // 1_000):
             conn.execute("SELECT count(*) FROM codity.enqueue_many(%s, %s)", [queue, batch])
         conn.execute("VACUUM ANALYZE codity.jobs, codity.job_executions")
-        wbase = loop_workers(conn, queue, CLIENTS, queue)
+        wbase, queue_id = loop_workers(conn, queue, CLIENTS, queue)
         started = time.perf_counter()
         subprocess.run(
             [str(pgbench_path()), "-n", "-M", "prepared", "-c", str(CLIENTS),
-             "-t", str(JOBS // CLIENTS // BATCH), "-f", str(script), "-D", f"queue={queue}",
+             "-t", str(JOBS // CLIENTS // BATCH), "-f", str(script), "-D", f"queue={queue_id}",
              "-D", f"batch={BATCH}", "-D", f"wbase={wbase}", url],
             check=True, capture_output=True,
         )  # fmt: skip

@@ -74,13 +74,14 @@ def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str]:
     worker = (row.fetchone() or (0,))[0]
     start = str((c.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or ("0/0",))[0])
     done = 0
-    claim = {"worker": worker, "queue": "q", "limit": BATCH, "suspects": True}
+    qid = c.execute("SELECT queue_id FROM codity.worker_queues(%s)", [worker]).fetchall()[0][0]
+    claim = {"worker": worker, "queue_id": qid, "limit": BATCH, "suspects": True}
     while done < JOBS:
         claimed = c.execute(CLAIM_AND_START, claim).fetchall()
         if not claimed:
             break
         ids, fences = [r[0] for r in claimed], [r[1] for r in claimed]
-        refused = c.execute(COMPLETE_MANY, [ids, fences, [None] * len(ids)]).fetchall()
+        refused = c.execute(COMPLETE_MANY, [qid, ids, fences, [None] * len(ids)]).fetchall()
         if refused:
             raise RuntimeError(f"completions refused: {refused[:3]}")
         done += len(ids)

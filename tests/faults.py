@@ -68,9 +68,8 @@ _NAIVE_CLAIM = (
 _NO_REFUND = (
     Patch(
         "reap.sql",
-        "                attempt = j.attempt - 1,\n"
-        "                crash_count = j.crash_count + 1,\n",
-        "                crash_count = j.crash_count + 1,\n",
+        "            attempt = j.attempt - 1,\n            crash_count = j.crash_count + 1,\n",
+        "            crash_count = j.crash_count + 1,\n",
     ),
     Patch(
         "release.sql",
@@ -87,8 +86,8 @@ _FENCE_CHECK = (
     "IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN"
 )
 _STATE_CHECK_ONLY = "IF v_job.status NOT IN ('claimed', 'running') THEN"
-_BATCH_FENCE = "WHERE j.id = b.job_id AND j.execution_seq = b.fence AND"
-_BATCH_NO_FENCE = "WHERE j.id = b.job_id AND"
+_BATCH_FENCE = "AND j.id = b.job_id\n          AND j.execution_seq = b.fence AND"
+_BATCH_NO_FENCE = "AND j.id = b.job_id\n          AND"
 _NO_FENCE = (
     *(Patch(file, _FENCE_CHECK, _STATE_CHECK_ONLY) for file in ("fail.sql", "release.sql")),
     *(
@@ -148,7 +147,7 @@ _REPEAT_IS_STALE = (
         "AND x.status = 'released' AND false) THEN",
     ),
     Patch(
-        "heartbeat.sql",
+        "extend_leases.sql",
         "x.status IN ('completed', 'failed', 'released')",
         "x.status IN ('completed', 'failed', 'released') AND false",
     ),
@@ -160,12 +159,17 @@ _REPEAT_IS_STALE = (
 _ANY_QUEUE = (
     Patch(
         "claim.sql",
-        "v_queue := codity._queue(p_queue, v_worker.project_id);",
-        "v_queue := codity._queue(p_queue, NULL);  -- FAULT any_queue",
+        "(codity._queue(p_queue, w.project_id)).id",
+        "(codity._queue(p_queue, NULL)).id /* FAULT any_queue */",
     ),
     Patch(
         "claim.sql",
-        "IF cardinality(v_worker.queues) > 0 AND NOT (p_queue = ANY (v_worker.queues)) THEN",
+        "v_queue := codity._queue(p_queue_id, v_worker.project_id);",
+        "v_queue := codity._queue(p_queue_id, NULL);  -- FAULT any_queue",
+    ),
+    Patch(
+        "claim.sql",
+        "IF cardinality(v_worker.queues) > 0 AND NOT (v_queue.name = ANY (v_worker.queues)) THEN",
         "IF false THEN  -- FAULT any_queue",
     ),
 )

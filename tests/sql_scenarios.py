@@ -67,6 +67,19 @@ def _claimed(env: Env, i: int) -> tuple[int, int]:
     return int(row["job_id"]), int(row["fence"])
 
 
+def _queue(env: Env) -> dict[str, Any]:
+    return {"queue": int(env["queues"][0]["queue_id"])}
+
+
+def _by_id(env: Env, *positions: int) -> dict[str, Any]:
+    rows = [env["by_id"][i] for i in positions]
+    return {"jobs": [r["job_id"] for r in rows], "fences": [r["fence"] for r in rows]}
+
+
+def _one_by_id(env: Env, i: int) -> dict[str, Any]:
+    return {"job": env["by_id"][i]["job_id"], "fence": env["by_id"][i]["fence"]}
+
+
 _WORKER = (
     Call(
         "register_worker",
@@ -77,6 +90,7 @@ _WORKER = (
         "worker_queues",
         "SELECT * FROM codity.worker_queues(%(worker)s)",
         lambda env: {"worker": env["worker"][0]["register_worker"]},
+        save="queues",
     ),
     Call("enqueue", "SELECT * FROM codity.enqueue('emails', 'emails.send', '{\"n\": 1}'{now})"),
     Call(
@@ -84,11 +98,58 @@ _WORKER = (
         "SELECT * FROM codity.enqueue_many('emails',"
         ' \'[{"task": "a"}, {"task": "b"}, {"task": "c", "priority": 5}]\'{now})',
     ),
+    # The bodies that take the queue's id (DESIGN.md, "Room to scale out", rule 1), on
+    # three jobs of their own: the calls by name and by job id above and below are
+    # wrappers over them.
+    Call(
+        "enqueue_many_in_queue",
+        "SELECT * FROM codity.enqueue_many_in_queue(%(queue)s,"
+        ' \'[{"task": "e"}, {"task": "f"}, {"task": "g"}]\'{now})',
+        _queue,
+    ),
     Call(
         "claim",
         "SELECT * FROM codity.claim(%(worker)s, 'emails', 4{now})",
         lambda env: {"worker": env["worker"][0]["register_worker"]},
         save="claimed",
+    ),
+    Call(
+        "claim_in_queue",
+        "SELECT * FROM codity.claim_in_queue(%(queue)s, %(worker)s, 3{now})",
+        lambda env: {**_queue(env), "worker": env["worker"][0]["register_worker"]},
+        save="by_id",
+    ),
+    Call(
+        "start_many_in_queue",
+        "SELECT * FROM codity.start_many_in_queue("
+        "%(queue)s, %(jobs)s::bigint[], %(fences)s::integer[]{now})",
+        lambda env: {**_queue(env), **_by_id(env, 0, 1, 2)},
+    ),
+    Call(
+        "extend_leases",
+        "SELECT * FROM codity.extend_leases("
+        "%(queue)s, %(worker)s, %(jobs)s::bigint[], %(fences)s::integer[]{now})",
+        lambda env: {
+            **_queue(env),
+            **_by_id(env, 0, 1, 2),
+            "worker": env["worker"][0]["register_worker"],
+        },
+    ),
+    Call(
+        "complete_many_in_queue",
+        "SELECT * FROM codity.complete_many_in_queue("
+        "%(queue)s, %(jobs)s::bigint[], %(fences)s::integer[]{now})",
+        lambda env: {**_queue(env), **_by_id(env, 0)},
+    ),
+    Call(
+        "fail_in_queue",
+        "SELECT * FROM codity.fail_in_queue(%(queue)s, %(job)s, %(fence)s, 'Timeout'{now})",
+        lambda env: {**_queue(env), **_one_by_id(env, 1)},
+    ),
+    Call(
+        "release_in_queue",
+        "SELECT * FROM codity.release_in_queue(%(queue)s, %(job)s, %(fence)s{now})",
+        lambda env: {**_queue(env), **_one_by_id(env, 2)},
     ),
     Call(
         "start",
@@ -232,6 +293,7 @@ _APP = (
     ),
     Call("sweep_workers", "SELECT * FROM codity.sweep_workers({now_only})"),
     Call("reap", "SELECT * FROM codity.reap({now_only})"),
+    Call("reap_in_queue", "SELECT * FROM codity.reap_in_queue(%(queue)s{now})", _queue),
     Call("promote", "SELECT codity.promote({now_only})"),
     Call("materialize_cron", "SELECT * FROM codity.materialize_cron({now_only})"),
     Call("tick", "SELECT * FROM codity.tick({now_only})"),

@@ -182,6 +182,59 @@ CASES = [
         NotFound,
         ("project 987654",),
     ),
+    # The bodies that take the queue's id (DESIGN.md, "Room to scale out", rule 1)
+    Case(
+        "claim-in-unknown-queue-id",
+        "SELECT * FROM codity.claim_in_queue(987654, %(worker)s)",
+        "CD001",
+        NotFound,
+        ("queue 987654",),
+    ),
+    Case(
+        "claim-in-null-queue-id",
+        "SELECT * FROM codity.claim_in_queue(NULL, %(worker)s)",
+        "CD010",
+        InvalidInput,
+        ("queue id must not be NULL",),
+    ),
+    Case(
+        "enqueue-into-unknown-queue-id",
+        'SELECT * FROM codity.enqueue_many_in_queue(987654, \'[{"task": "a"}]\')',
+        "CD001",
+        NotFound,
+        ("queue 987654",),
+    ),
+    Case(
+        "reap-unknown-queue-id",
+        "SELECT * FROM codity.reap_in_queue(987654)",
+        "CD001",
+        NotFound,
+        ("queue 987654",),
+    ),
+    Case(
+        "extend-leases-in-unknown-queue-id",
+        "SELECT * FROM codity.extend_leases(987654, %(worker)s,"
+        " ARRAY[%(claimed_job)s]::bigint[], ARRAY[%(claimed_fence)s])",
+        "CD001",
+        NotFound,
+        ("queue 987654",),
+    ),
+    *(
+        Case(
+            f"{call}-in-another-queue",
+            f"SELECT * FROM codity.{call}_in_queue("
+            "(SELECT q.id FROM codity.queues q WHERE q.name = 'reports'), " + arguments + ")",
+            "CD003",
+            NotFound,
+            ("job {claimed_job} does not exist in queue",),
+        )
+        for call, arguments in (
+            ("start_many", "ARRAY[%(claimed_job)s]::bigint[], ARRAY[%(claimed_fence)s]"),
+            ("complete_many", "ARRAY[%(claimed_job)s]::bigint[], ARRAY[%(claimed_fence)s]"),
+            ("fail", "%(claimed_job)s, %(claimed_fence)s, 'boom'"),
+            ("release", "%(claimed_job)s, %(claimed_fence)s"),
+        )
+    ),
     # CD003 unknown job
     Case(
         "start-unknown-job",

@@ -112,6 +112,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.api_key_identity(bytea,timestamp with time zone)",
     "codity.cancel(bigint,bigint,timestamp with time zone)",
     "codity.cancel_jobs(bigint[],bigint,timestamp with time zone)",
+    "codity.claim_in_queue(bigint,bigint,integer,boolean,boolean,timestamp with time zone)",
     "codity.claim(bigint,text,integer,boolean,boolean,timestamp with time zone)",
     "codity.worker_queues(bigint)",
     "codity.get_job(bigint,bigint)",
@@ -119,6 +120,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.complete(bigint,integer,jsonb,timestamp with time zone)",
     "codity.cron_next(text,timestamp with time zone,text)",
     "codity.cron_validate(text,text)",
+    "codity.complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
@@ -128,8 +130,11 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.deregister_worker(bigint,timestamp with time zone)",
     "codity.enqueue(text,text,jsonb,timestamp with time zone,integer,text,integer,bigint,"
     "timestamp with time zone)",
+    "codity.enqueue_many_in_queue(bigint,jsonb,timestamp with time zone)",
     "codity.enqueue_many(text,jsonb,bigint,timestamp with time zone)",
+    "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
     "codity.fail(bigint,integer,text,boolean,timestamp with time zone)",
+    "codity.extend_leases(bigint,bigint,bigint[],integer[],timestamp with time zone)",
     "codity.heartbeat(bigint,bigint[],integer[],timestamp with time zone)",
     "codity.jobs_with_payload(jsonb,bigint,integer)",
     "codity.materialize_cron(timestamp with time zone,integer)",
@@ -140,10 +145,12 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.rate_limit_hit(text,integer,interval,integer,timestamp with time zone)",
     "codity.rate_limit_refund(text,interval,timestamp with time zone,integer,"
     "timestamp with time zone)",
+    "codity.reap_in_queue(bigint,timestamp with time zone,integer)",
     "codity.reap(timestamp with time zone,integer)",
     "codity.register_worker(text,text[],integer,text,integer,bigint,numeric,"
     "timestamp with time zone)",
     "codity.configure(interval)",
+    "codity.release_in_queue(bigint,bigint,integer,timestamp with time zone)",
     "codity.release(bigint,integer,timestamp with time zone)",
     "codity.replay_dead_letter(bigint,bigint,timestamp with time zone)",
     "codity.replay_dead_letters(bigint,text,text,timestamp with time zone,integer,"
@@ -156,6 +163,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.retry_job(bigint,bigint,timestamp with time zone)",
     "codity.retry_jobs(bigint[],bigint,timestamp with time zone)",
     "codity.start(bigint,integer,timestamp with time zone)",
+    "codity.start_many_in_queue(bigint,bigint[],integer[],timestamp with time zone)",
     "codity.start_many(bigint[],integer[],timestamp with time zone)",
     "codity.sweep_workers(timestamp with time zone,interval)",
     "codity.tick(timestamp with time zone,interval)",
@@ -168,6 +176,13 @@ WORKER_PROTOCOL = {
     "start",
     "start_many",
     "heartbeat",
+    "extend_leases",
+    "claim_in_queue",
+    "start_many_in_queue",
+    "complete_many_in_queue",
+    "fail_in_queue",
+    "release_in_queue",
+    "enqueue_many_in_queue",
     "complete",
     "complete_many",
     "fail",
@@ -611,7 +626,7 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(tx: Conn) -> None:
     row = tx.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc p"
         " WHERE p.oid ="
-        " 'codity.claim(bigint,text,integer,boolean,boolean,timestamptz)'::regprocedure"
+        " 'codity.claim_in_queue(bigint,bigint,integer,boolean,boolean,timestamptz)'::regprocedure"
     ).fetchone()
     assert row is not None
     picked = re.search(r"picked AS MATERIALIZED \((.*?)\n\s*\),", str(row[0]), re.S)

@@ -108,7 +108,9 @@ def server() -> Iterator[str]:
 
 
 def _ctx() -> JobContext:
-    return JobContext(job_id=1, attempt=1, fence=1, queue="q", task="http_request", max_attempts=3)
+    return JobContext(
+        job_id=1, attempt=1, fence=1, queue="q", queue_id=1, task="http_request", max_attempts=3
+    )
 
 
 def _call(payload: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,11 @@ catalogue can say is checked here, each check with a test that breaks the rule o
 inside a rolled-back transaction and sees the check name it:
 - every table that carries queue_id is classified: a job table (distributed by queue) or a
   small one, so a new table cannot slip past the rules below;
+- rule 1: every hot transition has a body that takes the queue's id as its first argument,
+  p_queue_id bigint (the functions by name or by job id are wrappers over them);
+- rule 2: every statement of those bodies, and of the private helpers they call, that reads
+  or writes a job table names the queue: alias.queue_id = ... (a statement-level check of
+  the function source, comments left out);
 - rule 3: no function body has an INSERT into a job table inside a CTE;
 - rule 4: every primary and unique key of a job table leads with queue_id; a foreign key
   between job tables includes queue_id and is CASCADE or NO ACTION; no foreign key points
@@ -14,8 +19,8 @@ inside a rolled-back transaction and sees the check name it:
 - rule 8: the codity_app policy of every job table reads the row and the tenant setting
   only: project_id = codity.current_project_id(), no subquery. And the project_id each write
   path copies onto a row is the queue's, checked in a second project.
-Rules 1, 2, 5, 6, 9 and 10 are about statements and are not checked here (docs/DATABASE.md
-says where each stands).
+Rules 5, 6, 9 and 10 are about what statements do and are not checked here
+(docs/DATABASE.md says where each stands).
 """
 
 from __future__ import annotations
@@ -171,7 +176,73 @@ def cte_insert_violations(conn: Conn) -> list[str]:
     return problems
 
 
+# Rule 1: the hot transitions' bodies, each taking the queue's id first. The functions that
+# callers have always used (claim by name, complete_many by job ids, heartbeat, reap of
+# every queue, ...) are wrappers that resolve the queue and call these.
+HOT_BODIES = (
+    "claim_in_queue",
+    "start_many_in_queue",
+    "complete_many_in_queue",
+    "fail_in_queue",
+    "release_in_queue",
+    "extend_leases",
+    "reap_in_queue",
+    "enqueue_many_in_queue",
+)
+# Rule 2 also holds in what the bodies call.
+HOT_HELPERS = ("_lock_fenced_job", "_fenced_batch_outcome", "_dead_letter", "_reject_stale")
+
+
+def hot_body_violations(conn: Conn) -> list[str]:
+    """Hot bodies missing, or not taking p_queue_id bigint as their first argument."""
+    found = _rows(
+        conn,
+        "SELECT p.proname, p.oid::regprocedure::text, coalesce(p.proargnames[1], '?'),"
+        "       pg_catalog.format_type(p.proargtypes[0], NULL)"
+        " FROM pg_catalog.pg_proc p"
+        " WHERE p.pronamespace = 'codity'::regnamespace AND p.proname = ANY (%s) ORDER BY 2",
+        [list(HOT_BODIES)],
+    )
+    present = {name for name, *_ in found}
+    problems = [f"codity.{name} is missing" for name in HOT_BODIES if name not in present]
+    problems += [
+        f"{function} takes {argument} {type_} first, not p_queue_id bigint"
+        for _, function, argument, type_ in found
+        if (argument, type_) != ("p_queue_id", "bigint")
+    ]
+    return problems
+
+
+_JOB_TABLE_USE = re.compile(
+    r"\b(FROM|UPDATE|JOIN)\s+codity\.(jobs|job_executions|dead_letters)\s+(?:AS\s+)?(\w+)",
+    re.IGNORECASE,
+)
+
+
+def unfiltered_statement_violations(conn: Conn) -> list[str]:
+    """Statements of the hot bodies and their helpers that read or write a job table
+    without naming the queue (alias.queue_id = ...)."""
+    problems = []
+    for function, source in _rows(
+        conn,
+        "SELECT p.oid::regprocedure::text, p.prosrc FROM pg_catalog.pg_proc p"
+        " WHERE p.pronamespace = 'codity'::regnamespace AND p.proname = ANY (%s) ORDER BY 1",
+        [list(HOT_BODIES + HOT_HELPERS)],
+    ):
+        code = re.sub(r"--[^\n]*", "", source)
+        for statement in code.split(";"):
+            for verb, table, alias in _JOB_TABLE_USE.findall(statement):
+                if not re.search(rf"\b{alias}\.queue_id\s*=", statement):
+                    problems.append(
+                        f"{function}: {verb.upper()} codity.{table} {alias} without"
+                        f" {alias}.queue_id = ..."
+                    )
+    return problems
+
+
 CHECKS = (
+    hot_body_violations,
+    unfiltered_statement_violations,
     unclassified_tables,
     key_violations,
     foreign_key_violations,
@@ -183,6 +254,52 @@ CHECKS = (
 
 def test_the_catalogue_keeps_every_rule_a_query_can_check(tx: Conn) -> None:
     assert {check.__name__: check(tx) for check in CHECKS} == {c.__name__: [] for c in CHECKS}
+
+
+def test_a_hot_body_without_the_queue_id_first_is_named(tx: Conn) -> None:
+    tx.execute(
+        "DROP FUNCTION codity.release_in_queue(bigint, bigint, integer, timestamp with time zone)"
+    )
+    tx.execute(
+        "ALTER FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean,"
+        " timestamp with time zone) RENAME TO fail_by_queue"
+    )
+    tx.execute(
+        "CREATE FUNCTION codity.fail_in_queue(p_job_id bigint, p_fence integer)"
+        " RETURNS void LANGUAGE sql AS 'SELECT'"
+    )
+    assert hot_body_violations(tx) == [
+        "codity.release_in_queue is missing",
+        "codity.fail_in_queue(bigint,integer) takes p_job_id bigint first, not p_queue_id bigint",
+    ]
+
+
+def test_a_statement_that_does_not_name_its_queue_is_named(tx: Conn) -> None:
+    """The body of release_in_queue and of _reject_stale, each with one filter taken out."""
+    for function, filtered, unfiltered in (
+        (
+            "codity.release_in_queue(bigint, bigint, integer, timestamp with time zone)",
+            "WHERE j.queue_id = p_queue_id AND j.id = p_job_id;",
+            "WHERE j.id = p_job_id;",
+        ),
+        (
+            "codity._reject_stale(codity.jobs, text, integer, timestamp with time zone)",
+            "WHERE x.queue_id = p_job.queue_id AND x.job_id = p_job.id",
+            "WHERE x.job_id = p_job.id",
+        ),
+    ):
+        row = tx.execute(
+            "SELECT pg_catalog.pg_get_functiondef(%s::regprocedure)", [function]
+        ).fetchone()
+        assert row is not None
+        assert str(row[0]).count(filtered) == 1, function
+        tx.execute(str(row[0]).replace(filtered, unfiltered).encode())
+    assert unfiltered_statement_violations(tx) == [
+        "codity._reject_stale(codity.jobs,text,integer,timestamp with time zone):"
+        " FROM codity.job_executions x without x.queue_id = ...",
+        "codity.release_in_queue(bigint,bigint,integer,timestamp with time zone):"
+        " UPDATE codity.jobs j without j.queue_id = ...",
+    ]
 
 
 def test_a_new_table_with_a_queue_id_must_be_classified(tx: Conn) -> None:

@@ -33,15 +33,18 @@ def test_the_claim_waits_for_its_wal_and_the_completion_batch_does_not(
     conn.execute("SET synchronous_commit = on")
     conn.commit()
 
+    queue_id = conn.execute("SELECT queue_id FROM codity.worker_queues(%s)", [worker]).fetchall()[
+        0
+    ][0]
     rows = conn.execute(
-        CLAIM_AND_START, {"worker": worker, "queue": "work", "limit": 10, "suspects": True}
+        CLAIM_AND_START, {"worker": worker, "queue_id": queue_id, "limit": 10, "suspects": True}
     ).fetchall()
     assert len(rows) == 1
     assert _setting(conn) == "on", "the claim must stay durable"
     conn.commit()
     job_id, fence = rows[0][0], rows[0][1]
 
-    refused = conn.execute(COMPLETE_MANY, [[job_id], [fence], [None]]).fetchall()
+    refused = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None]]).fetchall()
     assert refused == [], "an applied completion returns nothing"
     assert _setting(conn) == "off", "the completion batch commits without waiting for its WAL"
     conn.commit()

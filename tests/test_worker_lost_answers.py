@@ -77,7 +77,7 @@ def test_a_lost_failure_answer_is_resent_and_charges_one_attempt(
     _setup(conn, max_attempts=3)
     conn.execute("SELECT codity.enqueue('work', 'boom')")
     with running_proxy(db_url) as proxy:
-        proxy.cut_after(b"codity.fail(")
+        proxy.cut_after(b"codity.fail_in_queue(")
         caplog.set_level(logging.INFO, logger="codity")
         asyncio.run(
             _run_until(

@@ -76,14 +76,15 @@ RETURNING j.id, j.task, j.payload;
 """
 
 
-def _load_codity(conn: Conn, jobs: int, clients: int) -> int:
-    """The jobs, queued and analyzed, and one worker per client; returns pgbench's wbase."""
+def _load_codity(conn: Conn, jobs: int, clients: int) -> tuple[int, int]:
+    """The jobs, queued and analyzed, and one worker per client; returns pgbench's wbase
+    and the queue's id."""
     reset_jobs(conn)
     queue_id(conn, QUEUE)
     enqueue_batched(conn, QUEUE, jobs, 1_000)
-    wbase = loop_workers(conn, QUEUE, clients, "ceiling")
+    wbase, qid = loop_workers(conn, QUEUE, clients, "ceiling")
     conn.execute("VACUUM ANALYZE codity.jobs, codity.job_executions")
-    return wbase
+    return wbase, qid
 
 
 def _codity_left(conn: Conn) -> int:
@@ -118,10 +119,10 @@ def ceiling_drain(dsn: str, conn: Conn, name: str, jobs: int, clients: int) -> D
     with tempfile.TemporaryDirectory(prefix="codity-ceiling-") as tmp:
         path = Path(tmp) / "script.sql"
         if name == CODITY_FUNCTIONS:
-            wbase = _load_codity(conn, jobs, clients)
+            wbase, qid = _load_codity(conn, jobs, clients)
             path.write_text(worker_loop_script())
             command = worker_loop_command(pgbench_path(), path, dsn, clients=clients,
-                                          transactions=per_client, wbase=wbase, queue=QUEUE,
+                                          transactions=per_client, wbase=wbase, queue_id=qid,
                                           batch=BATCH)  # fmt: skip
             left = _codity_left
         elif name in (UPDATE_QUEUE, DELETE_QUEUE):

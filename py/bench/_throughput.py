@@ -159,12 +159,12 @@ def ceiling(
     """The worker's loop from pgbench, no handler and no Python, at the workers' claim size."""
     jobs, batch = options.jobs, options.concurrency
     qid = _load(conn, jobs, paused=False)
-    wbase = loop_workers(conn, DRAIN_QUEUE, clients, "bench-pgbench")
+    wbase, _ = loop_workers(conn, DRAIN_QUEUE, clients, "bench-pgbench")
     script = work / "claim_start_complete.sql"
     script.write_text(worker_loop_script())
     per_client = math.ceil(jobs / (clients * batch))
     cmd = worker_loop_command(pgbench, script, url, clients=clients, transactions=per_client,
-                              wbase=wbase, queue=DRAIN_QUEUE, batch=batch)  # fmt: skip
+                              wbase=wbase, queue_id=qid, batch=batch)  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     if run.returncode != 0:
         raise BenchError(f"pgbench failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")

@@ -39,14 +39,15 @@ def pgbench_path(pg_bin: Path | None = None) -> Path:
 
 
 def worker_loop_script() -> str:
-    """One claim of ``:batch`` jobs from queue ``:queue`` by worker ``:wbase + :client_id``,
-    then their completion; run with ``--protocol=prepared`` (variables become parameters)."""
+    """One claim of ``:batch`` jobs from the queue whose id is ``:queue`` by worker
+    ``:wbase + :client_id``, then their completion; run with ``--protocol=prepared``
+    (variables become parameters)."""
     claim = CLAIM_AND_START.strip()
-    for name, variable in (("worker", ":wid"), ("queue", ":queue"), ("limit", ":batch"),
+    for name, variable in (("worker", ":wid"), ("queue_id", ":queue"), ("limit", ":batch"),
                            ("suspects", "true")):  # fmt: skip
         claim = claim.replace(f"%({name})s", variable)
     complete = COMPLETE_MANY
-    for placeholder, variable in (("%s::bigint[]", ":ids::bigint[]"),
+    for placeholder, variable in (("%s,", ":queue,"), ("%s::bigint[]", ":ids::bigint[]"),
                                   ("%s::integer[]", ":fences::integer[]"),
                                   ("%s::jsonb[]", "NULL::jsonb[]")):  # fmt: skip
         complete = complete.replace(placeholder, variable, 1)
@@ -63,9 +64,12 @@ def worker_loop_script() -> str:
     ])  # fmt: skip
 
 
-def loop_workers(conn: psycopg.Connection[Any], queue: str, clients: int, name: str) -> int:
-    """Register one worker per pgbench client for ``queue``; returns the first id, which is
-    ``:wbase`` (client n, pgbench's ``client_id`` counting from 0, is worker wbase + n)."""
+def loop_workers(
+    conn: psycopg.Connection[Any], queue: str, clients: int, name: str
+) -> tuple[int, int]:
+    """Register one worker per pgbench client for ``queue``; returns the first worker id,
+    which is ``:wbase`` (client n, pgbench's ``client_id`` counting from 0, is worker
+    wbase + n), and the queue's id, which is ``:queue``."""
     ids = [
         int(conn.execute("SELECT codity.register_worker(%s, ARRAY[%s])",
                          [f"{name}-{n}", queue]).fetchall()[0][0])
@@ -73,16 +77,19 @@ def loop_workers(conn: psycopg.Connection[Any], queue: str, clients: int, name: 
     ]  # fmt: skip
     if ids != list(range(ids[0], ids[0] + clients)):
         raise BenchError(f"pgbench workers got ids {ids}, not consecutive")
-    return ids[0]
+    queue_id = conn.execute("SELECT queue_id FROM codity.worker_queues(%s)", [ids[0]]).fetchall()[
+        0
+    ][0]
+    return ids[0], int(queue_id)
 
 
 def worker_loop_command(
     pgbench: Path, script: Path, url: str, *, clients: int, transactions: int, wbase: int,
-    queue: str, batch: int,
+    queue_id: int, batch: int,
 ) -> list[str]:  # fmt: skip
     """pgbench running ``script`` (worker_loop_script) ``transactions`` times per client."""
     return [
         str(pgbench), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
         f"--jobs={clients}", f"--transactions={transactions}", f"--file={script}",
-        f"--define=wbase={wbase}", f"--define=queue={queue}", f"--define=batch={batch}", url,
+        f"--define=wbase={wbase}", f"--define=queue={queue_id}", f"--define=batch={batch}", url,
     ]  # fmt: skip

@@ -1,6 +1,7 @@
 """The claim, seen from the worker: one call, and the typed rows it returns.
 
-``codity.claim(..., p_start => true)``: the jobs come back already running, in one round
+``codity.claim_in_queue(queue_id, worker, ..., p_start => true)``, by the queue's id
+(DESIGN.md, "Room to scale out", rule 1): the jobs come back already running, in one round
 trip, one commit (one WAL flush) and one write per job row between a wake-up and the
 handlers (migration 0012; a claim followed by ``codity.start_many`` wrote every job row
 and execution row twice). Rows come back as :class:`ClaimedJob` (psycopg's
@@ -17,7 +18,8 @@ __all__ = ["CLAIM_AND_START", "ClaimedJob"]
 CLAIM_AND_START = """
 SELECT c.job_id, c.fence, c.task, c.payload, c.attempt, c.max_attempts, c.timeout_seconds,
        c.crashes
-FROM codity.claim(%(worker)s, %(queue)s, %(limit)s, %(suspects)s, p_start => true) AS c
+FROM codity.claim_in_queue(%(queue_id)s, %(worker)s, %(limit)s, %(suspects)s,
+                           p_start => true) AS c
 """
 
 

@@ -27,6 +27,7 @@ class JobContext:
     attempt: int
     fence: int
     queue: str
+    queue_id: int
     task: str
     max_attempts: int
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)

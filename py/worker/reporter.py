@@ -51,12 +51,17 @@ _MAX_ERROR = 4000
 COMPLETE_MANY = (
     "SELECT c.job_id, c.accepted, c.detail"
     " FROM (SELECT pg_catalog.set_config('synchronous_commit', 'off', true)) AS d(relaxed),"
-    " codity.complete_many(CASE WHEN d.relaxed IS NOT NULL THEN %s::bigint[] END,"
+    " codity.complete_many_in_queue(%s, CASE WHEN d.relaxed IS NOT NULL THEN %s::bigint[] END,"
     " %s::integer[], %s::jsonb[]) AS c"
     " WHERE c.outcome <> 'applied'"
 )
-_FAIL = "SELECT accepted, outcome::text AS outcome, detail FROM codity.fail(%s, %s, %s, %s)"
-_RELEASE = "SELECT accepted, outcome::text AS outcome, detail FROM codity.release(%s, %s)"
+_FAIL = (
+    "SELECT accepted, outcome::text AS outcome, detail"
+    " FROM codity.fail_in_queue(%s, %s, %s, %s, %s)"
+)
+_RELEASE = (
+    "SELECT accepted, outcome::text AS outcome, detail FROM codity.release_in_queue(%s, %s, %s)"
+)
 _HEARTBEAT = "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])"
 
 Call = Callable[[str, list[Any]], Awaitable[list[dict[str, Any]]]]
@@ -171,8 +176,13 @@ class Reporter:
             while self._queue:
                 self._in_flight = self._queue[:MAX_BATCH]
                 del self._queue[:MAX_BATCH]
-                completions = [r for r in self._in_flight if r.kind == "complete"]
-                if completions:
+                # One completion call per queue: the calls take the queue's id (DESIGN.md,
+                # "Room to scale out", rule 1).
+                by_queue: dict[int, list[_Report]] = {}
+                for r in self._in_flight:
+                    if r.kind == "complete":
+                        by_queue.setdefault(r.ctx.queue_id, []).append(r)
+                for completions in by_queue.values():
                     await self._complete(completions)
                 for report in self._in_flight:
                     if report.kind != "complete":
@@ -198,6 +208,7 @@ class Reporter:
 
     async def _complete(self, batch: list[_Report]) -> None:
         params: list[Any] = [
+            batch[0].ctx.queue_id,
             [r.ctx.job_id for r in batch],
             [r.ctx.fence for r in batch],
             [r.result for r in batch],
@@ -227,9 +238,10 @@ class Reporter:
     async def _single(self, report: _Report) -> None:
         ctx = report.ctx
         if report.kind == "fail":
-            query, params = _FAIL, [ctx.job_id, ctx.fence, report.error, report.retryable]
+            query = _FAIL
+            params = [ctx.queue_id, ctx.job_id, ctx.fence, report.error, report.retryable]
         else:
-            query, params = _RELEASE, [ctx.job_id, ctx.fence]
+            query, params = _RELEASE, [ctx.queue_id, ctx.job_id, ctx.fence]
         try:
             rows = await self._send(f"{report.kind} of job {ctx.job_id}", query, params)
         except (CodityError, psycopg.Error) as exc:

@@ -116,6 +116,7 @@ class Worker:
         self.registry = registry
         self.config = config
         self.worker_id: int | None = None
+        self._queue_ids: dict[str, int] = {}
         self._server = server_address(url)
         self._pool: AsyncConnectionPool | None = None
         self._running: dict[int, _Running] = {}
@@ -146,6 +147,10 @@ class Worker:
             self.worker_id = await self._retry(self._register, stop)
             if self.worker_id is None:
                 return
+            queue_ids = await self._retry(self._resolve_queues, stop)
+            if queue_ids is None:
+                return
+            self._queue_ids = queue_ids
             log.info(
                 "worker %s registered as %d on %s",
                 self.config.name,
@@ -181,6 +186,14 @@ class Worker:
             ],
         )
         return int(rows[0]["id"])
+
+    async def _resolve_queues(self) -> dict[str, int]:
+        """The ids of the queues this worker serves, looked up once: the calls that write
+        job rows take the queue's id (DESIGN.md, "Room to scale out", rule 1)."""
+        rows = await self._call(
+            "SELECT queue_id, queue FROM codity.worker_queues(%s)", [self.worker_id]
+        )
+        return {row["queue"]: int(row["queue_id"]) for row in rows}
 
     async def _deregister(self) -> None:
         try:
@@ -255,7 +268,7 @@ class Worker:
             CLAIM_AND_START,
             {
                 "worker": self.worker_id,
-                "queue": queue,
+                "queue_id": self._queue_ids[queue],
                 "limit": limit,
                 # A job that crashed a worker before is taken only by an idle worker.
                 "suspects": not self._busy(),
@@ -271,6 +284,7 @@ class Worker:
             attempt=job.attempt,
             fence=job.fence,
             queue=queue,
+            queue_id=self._queue_ids[queue],
             task=job.task,
             max_attempts=job.max_attempts,
         )

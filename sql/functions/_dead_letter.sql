@@ -8,6 +8,7 @@
 -- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._dead_letter(
+    p_queue_id bigint,
     p_job_id bigint,
     p_reason text,
     p_error text,
@@ -24,19 +25,19 @@ BEGIN
     UPDATE codity.jobs j
     SET status = 'dead_letter', finished_at = p_now, lock_expires_at = NULL,
         last_error = coalesce(p_error, j.last_error), updated_at = p_now
-    WHERE j.id = p_job_id;
+    WHERE j.queue_id = p_queue_id AND j.id = p_job_id;
 
     INSERT INTO codity.dead_letters (job_id, queue_id, project_id, task, payload, priority, reason, error, attempts, dead_at)
     SELECT j.id, j.queue_id, j.project_id, j.task, j.payload, j.priority, p_reason, j.last_error, j.attempt, p_now
     FROM codity.jobs j
-    WHERE j.id = p_job_id
+    WHERE j.queue_id = p_queue_id AND j.id = p_job_id
     RETURNING id INTO v_dead_letter_id;
 
     RETURN v_dead_letter_id;
 END;
 $$;
 
-COMMENT ON FUNCTION codity._dead_letter(bigint, text, text, timestamptz) IS
+COMMENT ON FUNCTION codity._dead_letter(bigint, bigint, text, text, timestamptz) IS
 'Private: dead-letter a locked job, copying payload and reason into codity.dead_letters.';
 
-REVOKE ALL ON FUNCTION codity._dead_letter(bigint, text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION codity._dead_letter(bigint, bigint, text, text, timestamptz) FROM PUBLIC;

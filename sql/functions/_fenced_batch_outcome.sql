@@ -10,12 +10,13 @@
 --   stale            the fence is no longer current or the job no longer held: recorded in
 --                    codity.fence_rejections and reported not accepted;
 -- or the job is held with a current fence in a state the move does not allow: CD020, as for
--- the single calls; or it does not exist: CD003.
+-- the single calls; or it is not in the queue (p_queue_id: the batch's one queue): CD003.
 --
 -- SECURITY INVOKER without SET: called only from definer functions, it runs as their
 -- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._fenced_batch_outcome(
+    p_queue_id bigint,
     p_job_ids bigint[],
     p_fences integer[],
     p_done bigint[],
@@ -56,9 +57,9 @@ BEGIN
         SELECT b.job_id, b.fence FROM unnest(p_job_ids, p_fences) WITH ORDINALITY AS b(job_id, fence, ord)
         ORDER BY b.ord
     LOOP
-        SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = v_pair.job_id;
+        SELECT j.* INTO v_job FROM codity.jobs j WHERE j.queue_id = p_queue_id AND j.id = v_pair.job_id;
         IF v_job.id IS NULL THEN
-            RAISE EXCEPTION 'job % does not exist', v_pair.job_id USING ERRCODE = 'CD003';
+            RAISE EXCEPTION '%', codity._no_such_job(p_queue_id, v_pair.job_id) USING ERRCODE = 'CD003';
         END IF;
         -- Moved by this call, with this very fence (a second position of the same job may
         -- carry another, stale one).
@@ -76,7 +77,7 @@ BEGIN
         -- still running under it — a held attempt has no execution row yet (migration 0013).
         IF EXISTS (
             SELECT 1 FROM codity.job_executions x
-            WHERE x.job_id = v_pair.job_id AND x.execution_seq = v_pair.fence AND x.status = p_closed_as
+            WHERE x.queue_id = p_queue_id AND x.job_id = v_pair.job_id AND x.execution_seq = v_pair.fence AND x.status = p_closed_as
         ) OR (p_to = 'running' AND v_job.status = 'running' AND v_job.execution_seq = v_pair.fence) THEN
             RETURN QUERY SELECT v_pair.job_id, true, 'already_applied'::codity.call_outcome, v_job.status,
                                 pg_catalog.format('already %s with fence %s; nothing changed',
@@ -92,7 +93,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity._fenced_batch_outcome(bigint[], integer[], bigint[], codity.job_status, codity.execution_status, text, timestamptz) IS
+COMMENT ON FUNCTION codity._fenced_batch_outcome(bigint, bigint[], integer[], bigint[], codity.job_status, codity.execution_status, text, timestamptz) IS
 'Private: per-position outcome of a fenced batch call (applied, already_applied, stale); records stale fences, raises CD020 for illegal moves.';
 
-REVOKE ALL ON FUNCTION codity._fenced_batch_outcome(bigint[], integer[], bigint[], codity.job_status, codity.execution_status, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION codity._fenced_batch_outcome(bigint, bigint[], integer[], bigint[], codity.job_status, codity.execution_status, text, timestamptz) FROM PUBLIC;

@@ -1,5 +1,5 @@
--- codity._queue: resolve a queue name within a project to the columns of its row that the
--- functions read.
+-- codity._queue: resolve a queue, by name within a project or by id, to the columns of its
+-- row that the functions read.
 --
 -- Not the row type codity.queues: no signature uses the row type of a table meant to become
 -- a reference table (DESIGN.md, "Room to scale out", rule 7; migration 0015).
@@ -14,6 +14,7 @@ CREATE OR REPLACE FUNCTION codity._queue(
     p_queue text,
     p_project_id bigint,
     OUT id bigint,
+    OUT name text,
     OUT project_id bigint,
     OUT is_paused boolean,
     OUT max_attempts integer,
@@ -35,9 +36,9 @@ BEGIN
     IF p_queue IS NULL THEN
         RAISE EXCEPTION 'queue name must not be NULL' USING ERRCODE = 'CD010';
     END IF;
-    SELECT q.id, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
+    SELECT q.id, q.name, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
            q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds
-    INTO id, project_id, is_paused, max_attempts, max_crashes, backoff,
+    INTO id, name, project_id, is_paused, max_attempts, max_crashes, backoff,
          base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds
     FROM codity.queues q WHERE q.project_id = v_project_id AND q.name = p_queue;
     IF NOT FOUND THEN
@@ -53,3 +54,51 @@ COMMENT ON FUNCTION codity._queue(text, bigint) IS
 'Private: the columns of the queue row for a name within a project; raises CD001 when there is none.';
 
 REVOKE ALL ON FUNCTION codity._queue(text, bigint) FROM PUBLIC;
+
+-- By id: the hot functions take the queue's id (DESIGN.md, "Room to scale out", rule 1).
+-- With a project, the queue must be one of that project's (a worker claims only in its
+-- own); without one, any queue.
+CREATE OR REPLACE FUNCTION codity._queue(
+    p_queue_id bigint,
+    p_project_id bigint,
+    OUT id bigint,
+    OUT name text,
+    OUT project_id bigint,
+    OUT is_paused boolean,
+    OUT max_attempts integer,
+    OUT max_crashes integer,
+    OUT backoff codity.backoff_kind,
+    OUT base_delay_ms integer,
+    OUT max_delay_ms integer,
+    OUT lease_seconds integer,
+    OUT job_timeout_seconds integer
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_queue_id IS NULL THEN
+        RAISE EXCEPTION 'queue id must not be NULL' USING ERRCODE = 'CD010';
+    END IF;
+    SELECT q.id, q.name, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
+           q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds
+    INTO id, name, project_id, is_paused, max_attempts, max_crashes, backoff,
+         base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds
+    FROM codity.queues q
+    WHERE q.id = p_queue_id AND (p_project_id IS NULL OR q.project_id = p_project_id);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue % does not exist', p_queue_id
+            USING ERRCODE = 'CD001',
+                  DETAIL = CASE WHEN p_project_id IS NULL THEN format('No queue has id %s.', p_queue_id)
+                                ELSE format('No queue with id %s in project %s.', p_queue_id, p_project_id) END,
+                  HINT = 'codity.worker_queues(worker) and GET /queues give the ids.';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION codity._queue(bigint, bigint) IS
+'Private: the columns of the queue row with this id (in this project when one is given); raises CD001 when there is none.';
+
+REVOKE ALL ON FUNCTION codity._queue(bigint, bigint) FROM PUBLIC;

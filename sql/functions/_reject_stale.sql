@@ -23,7 +23,7 @@ DECLARE
 BEGIN
     SELECT x.worker_id INTO v_worker_id
     FROM codity.job_executions x
-    WHERE x.job_id = p_job.id AND x.execution_seq = p_fence;
+    WHERE x.queue_id = p_job.queue_id AND x.job_id = p_job.id AND x.execution_seq = p_fence;
 
     INSERT INTO codity.fence_rejections
         (job_id, queue_id, project_id, worker_id, call, presented_fence, current_fence, job_status, rejected_at)

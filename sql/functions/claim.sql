@@ -15,7 +15,10 @@
 -- planner trap Oban documents). The fence makes the set of ids fixed before the UPDATE.
 --
 -- One queue per call: a statement that locks rows must stay on one queue so the jobs
--- table can later be distributed by queue (DESIGN.md, "Room to scale out").
+-- table can later be distributed by queue (DESIGN.md, "Room to scale out"). The body takes
+-- the queue's id (rule 1: a name cannot be delegated to the node that holds the queue);
+-- claim(worker, 'name', ...), for people and clients that know only the name, resolves it
+-- in the worker's project and calls the body.
 --
 -- Every claimed job gets a new execution_seq (the fence token); the attempt is charged
 -- here, and reap and release give it back. The attempt's execution row is written once,
@@ -41,9 +44,9 @@
 -- writing each job row a second time through start_many (migration 0012). The default stays a plain claim, for clients that
 -- start each job when its handler begins.
 
-CREATE OR REPLACE FUNCTION codity.claim(
+CREATE OR REPLACE FUNCTION codity.claim_in_queue(
+    p_queue_id bigint,
     p_worker_id bigint,
-    p_queue text,
     p_limit integer DEFAULT 1,
     p_suspects boolean DEFAULT true,
     p_start boolean DEFAULT false,
@@ -85,9 +88,9 @@ BEGIN
         RAISE EXCEPTION 'worker % is %; it may not claim', p_worker_id, v_worker.status
             USING ERRCODE = 'CD005', HINT = 'Register again to get a new worker id.';
     END IF;
-    v_queue := codity._queue(p_queue, v_worker.project_id);
-    IF cardinality(v_worker.queues) > 0 AND NOT (p_queue = ANY (v_worker.queues)) THEN
-        RAISE EXCEPTION 'worker % may not claim from queue "%"', p_worker_id, p_queue
+    v_queue := codity._queue(p_queue_id, v_worker.project_id);
+    IF cardinality(v_worker.queues) > 0 AND NOT (v_queue.name = ANY (v_worker.queues)) THEN
+        RAISE EXCEPTION 'worker % may not claim from queue "%"', p_worker_id, v_queue.name
             USING ERRCODE = 'CD023',
                   DETAIL = pg_catalog.format('It registered for %s.', pg_catalog.array_to_string(v_worker.queues, ', ')),
                   HINT = 'Register a worker for that queue.';
@@ -147,8 +150,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.claim(bigint, text, integer, boolean, boolean, timestamptz) IS
-'Atomically claim up to p_limit due jobs of one queue for a worker; each comes with its fence token.
+COMMENT ON FUNCTION codity.claim_in_queue(bigint, bigint, integer, boolean, boolean, timestamptz) IS
+'Atomically claim up to p_limit due jobs of one queue, given by id, for a worker; each comes with its fence token.
 
 FOR UPDATE SKIP LOCKED in priority DESC, run_at, id order: concurrent workers never get
 the same job. Each claimed job is charged an attempt, leased for the queue''s
@@ -159,7 +162,64 @@ none). A job with a crash on record (crashes > 0) comes alone in its batch, and 
 all with p_suspects => false: pass that while the worker holds other jobs, so a job that
 kills its worker takes nothing healthy down with it. With p_start => true the jobs come
 back already running (claim and start in one write), for a caller that starts all it
-claims. Raises CD001 (unknown queue), CD004
+claims. Raises CD001 (no queue with this id in the worker''s project), CD004
+(unknown worker), CD005 (worker not active),
+CD010 (limit outside 1..1000), CD023 (the worker did not register for that queue).
+Example: SELECT * FROM codity.claim_in_queue(3, 1, 10, p_start => true);';
+
+REVOKE ALL ON FUNCTION codity.claim_in_queue(bigint, bigint, integer, boolean, boolean, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.claim_in_queue(bigint, bigint, integer, boolean, boolean, timestamptz) TO codity_app, codity_worker;
+
+-- By name: resolved in the worker's project, then the body. An unknown worker passes no
+-- queue, and the body says the worker is unknown.
+CREATE OR REPLACE FUNCTION codity.claim(
+    p_worker_id bigint,
+    p_queue text,
+    p_limit integer DEFAULT 1,
+    p_suspects boolean DEFAULT true,
+    p_start boolean DEFAULT false,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    job_id bigint,
+    fence integer,
+    task text,
+    payload jsonb,
+    attempt integer,
+    max_attempts integer,
+    priority smallint,
+    run_at timestamptz,
+    lease_expires_at timestamptz,
+    timeout_seconds integer,
+    created_at timestamptz,
+    crashes integer
+)
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+    SELECT c.*
+    FROM codity.claim_in_queue(
+        (SELECT (codity._queue(p_queue, w.project_id)).id FROM codity.workers w WHERE w.id = p_worker_id),
+        p_worker_id, p_limit, p_suspects, p_start, p_now) AS c;
+$$;
+
+COMMENT ON FUNCTION codity.claim(bigint, text, integer, boolean, boolean, timestamptz) IS
+'Atomically claim up to p_limit due jobs of one queue, given by name, for a worker; each comes with its fence token.
+
+FOR UPDATE SKIP LOCKED in priority DESC, run_at, id order: concurrent workers never get
+the same job. Each claimed job is charged an attempt, leased for the queue''s
+lease_seconds and given a new execution (fence = execution_seq) that start, heartbeat,
+complete, fail and release must present. A paused queue returns no rows. The queue is one
+of the worker''s project, and one it registered for (any of its project''s when it named
+none). A job with a crash on record (crashes > 0) comes alone in its batch, and not at
+all with p_suspects => false: pass that while the worker holds other jobs, so a job that
+kills its worker takes nothing healthy down with it. With p_start => true the jobs come
+back already running (claim and start in one write), for a caller that starts all it
+claims. Resolves the name in the worker''s project and calls claim_in_queue(queue_id,
+worker, ...): a client that knows the queue''s id (codity.worker_queues) calls that
+directly. Raises CD001 (unknown queue), CD004
 (unknown worker), CD005 (worker not active),
 CD010 (limit outside 1..1000), CD023 (the worker did not register for that queue).
 Example: SELECT * FROM codity.claim(1, ''emails'', 10, p_start => true);';

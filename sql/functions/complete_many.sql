@@ -7,11 +7,16 @@
 -- completed with this fence — a repeat after a lost COMMIT — is accepted as
 -- 'already_applied' and changes nothing, so a client may always resend a batch whose
 -- outcome it does not know. A job named twice is completed once, with the first result.
+-- One queue per call (DESIGN.md, "Room to scale out", rules 1 and 2): the body takes the
+-- queue's id and every statement filters on it; a job of another queue is unknown to it
+-- (CD003). complete_many(job_ids, fences, results), which callers have always used, is a
+-- wrapper that calls the body once per queue of the batch and answers in input order.
 -- Locks: the UPDATE locks the matching rows; the worker never sends a heartbeat and a
 -- batch at the same time, so lock order between its own calls cannot deadlock.
 -- Callers: the Python worker's completer, codity.complete.
 
-CREATE OR REPLACE FUNCTION codity.complete_many(
+CREATE OR REPLACE FUNCTION codity.complete_many_in_queue(
+    p_queue_id bigint,
     p_job_ids bigint[],
     p_fences integer[],
     p_results jsonb[] DEFAULT NULL,
@@ -32,7 +37,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_done bigint[];
-    v_queue_ids bigint[];
     v_project_ids bigint[];
     v_fences integer[];
     v_attempts integer[];
@@ -40,28 +44,10 @@ DECLARE
     v_claimed_at timestamptz[];
     v_started_at timestamptz[];
     v_results jsonb[];
-    v_big record;
 BEGIN
     PERFORM codity._check_clock(p_now);
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
-    IF p_results IS NOT NULL AND cardinality(p_results) <> cardinality(p_job_ids) THEN
-        RAISE EXCEPTION 'results must be NULL or hold one entry per job (% jobs, % results)',
-                        cardinality(p_job_ids), cardinality(p_results)
-            USING ERRCODE = 'CD010';
-    END IF;
-    SELECT r.ord, octet_length(r.result::text) AS size INTO v_big
-    FROM unnest(p_results) WITH ORDINALITY AS r(result, ord)
-    WHERE octet_length(r.result::text) > 65536
-    ORDER BY r.ord
-    LIMIT 1;
-    IF v_big.ord IS NOT NULL THEN
-        RAISE EXCEPTION '%', CASE WHEN cardinality(p_job_ids) = 1
-                                  THEN format('result is %s bytes; the limit is 65536', v_big.size)
-                                  ELSE format('result of job %s is %s bytes; the limit is 65536',
-                                              p_job_ids[v_big.ord], v_big.size) END
-            USING ERRCODE = 'CD011',
-                  HINT = 'Store large results elsewhere and return a reference.';
-    END IF;
+    PERFORM codity._check_results(p_job_ids, p_results);
     PERFORM codity._check_transition('running', 'completed');
 
     WITH batch AS (
@@ -73,14 +59,15 @@ BEGIN
         UPDATE codity.jobs j
         SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
         FROM batch b
-        WHERE j.id = b.job_id AND j.execution_seq = b.fence AND j.status = 'running'
-        RETURNING j.id, j.queue_id, j.project_id, j.execution_seq, j.attempt, j.worker_id,
+        WHERE j.queue_id = p_queue_id AND j.id = b.job_id
+          AND j.execution_seq = b.fence AND j.status = 'running'
+        RETURNING j.id, j.project_id, j.execution_seq, j.attempt, j.worker_id,
                   j.claimed_at, j.started_at, b.result
     )
-    SELECT coalesce(array_agg(d.id), '{}'), array_agg(d.queue_id), array_agg(d.project_id),
+    SELECT coalesce(array_agg(d.id), '{}'), array_agg(d.project_id),
            array_agg(d.execution_seq), array_agg(d.attempt), array_agg(d.worker_id),
            array_agg(d.claimed_at), array_agg(d.started_at), array_agg(d.result)
-    INTO v_done, v_queue_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
+    INTO v_done, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
          v_started_at, v_results
     FROM done d;
 
@@ -89,28 +76,78 @@ BEGIN
     INSERT INTO codity.job_executions
         (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
          started_at, finished_at, result)
-    SELECT d.job_id, d.queue_id, d.project_id, d.fence, d.attempt, d.worker_id, 'completed',
+    SELECT d.job_id, p_queue_id, d.project_id, d.fence, d.attempt, d.worker_id, 'completed',
            d.claimed_at, d.started_at, p_now, d.result
-    FROM unnest(v_done, v_queue_ids, v_project_ids, v_fences, v_attempts, v_worker_ids,
+    FROM unnest(v_done, v_project_ids, v_fences, v_attempts, v_worker_ids,
                 v_claimed_at, v_started_at, v_results)
-         AS d(job_id, queue_id, project_id, fence, attempt, worker_id, claimed_at, started_at,
+         AS d(job_id, project_id, fence, attempt, worker_id, claimed_at, started_at,
               result);
 
     RETURN QUERY
     SELECT * FROM codity._fenced_batch_outcome(
-        p_job_ids, p_fences, v_done, 'completed', 'completed', 'complete', p_now);
+        p_queue_id, p_job_ids, p_fences, v_done, 'completed', 'completed', 'complete', p_now);
 END;
 $$;
 
-COMMENT ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) IS
-'Complete a batch of running jobs in one call, with optional results; fenced per job like codity.complete.
+COMMENT ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz) IS
+'Complete a batch of running jobs of one queue in one call, with optional results; fenced per job like codity.complete.
 
 One row per input position, in order. outcome is applied; already_applied (completed
 before with this fence, e.g. the batch is being resent after a lost COMMIT, or a repeat
 within the batch: nothing changed); or stale (accepted = false, nothing changed, rejection
 recorded). A job that is held with a current fence but not running raises CD020. Raises
-CD003 (unknown job), CD010 (arrays of different lengths or with NULLs), CD011 (a result
+CD003 (no such job in this queue), CD010 (arrays of different lengths or with NULLs), CD011 (a result
 over 64 KB).
+Example: SELECT * FROM codity.complete_many_in_queue(3, ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
+
+REVOKE ALL ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz) TO codity_app, codity_worker;
+
+-- The jobs' queues looked up by id, one body call per queue, answers in input order. The
+-- arguments are checked on the whole batch first, so errors name it as it was sent.
+CREATE OR REPLACE FUNCTION codity.complete_many(
+    p_job_ids bigint[],
+    p_fences integer[],
+    p_results jsonb[] DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    job_id bigint,
+    accepted boolean,
+    outcome codity.call_outcome,
+    job_status codity.job_status,
+    detail text
+)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
+    PERFORM codity._check_results(p_job_ids, p_results);
+    RETURN QUERY
+    SELECT c.job_id, c.accepted, c.outcome, c.job_status, c.detail
+    FROM codity._job_groups(p_job_ids) AS g
+    CROSS JOIN LATERAL codity.complete_many_in_queue(
+        g.queue_id, codity._at(p_job_ids, g.positions), codity._at(p_fences, g.positions),
+        codity._at(p_results, g.positions), p_now
+    ) WITH ORDINALITY AS c(job_id, accepted, outcome, job_status, detail, n)
+    ORDER BY g.positions[c.n];
+END;
+$$;
+
+COMMENT ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) IS
+'Complete a batch of running jobs in one call, whatever their queues, with optional results; fenced per job like codity.complete.
+
+One row per input position, in order. outcome is applied; already_applied (completed
+before with this fence, e.g. the batch is being resent after a lost COMMIT, or a repeat
+within the batch: nothing changed); or stale (accepted = false, nothing changed, rejection
+recorded). A job that is held with a current fence but not running raises CD020. Looks up
+each job''s queue and calls complete_many_in_queue(queue_id, ...) once per queue: a client that
+knows the queue calls that directly. Raises CD003 (unknown job), CD010 (arrays of
+different lengths or with NULLs), CD011 (a result over 64 KB).
 Example: SELECT * FROM codity.complete_many(ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
 
 REVOKE ALL ON FUNCTION codity.complete_many(bigint[], integer[], jsonb[], timestamptz) FROM PUBLIC;

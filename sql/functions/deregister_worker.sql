@@ -25,11 +25,11 @@ BEGIN
     END IF;
 
     FOR v_job IN
-        SELECT j.id, j.execution_seq FROM codity.jobs j
+        SELECT j.queue_id, j.id, j.execution_seq FROM codity.jobs j
         WHERE j.worker_id = p_worker_id AND j.status IN ('claimed', 'running')
         ORDER BY j.id
     LOOP
-        IF (SELECT r.accepted FROM codity.release(v_job.id, v_job.execution_seq, p_now) AS r) THEN
+        IF (SELECT r.accepted FROM codity.release_in_queue(v_job.queue_id, v_job.id, v_job.execution_seq, p_now) AS r) THEN
             v_released := v_released + 1;
         END IF;
     END LOOP;

@@ -12,12 +12,14 @@
 -- Locks: none beyond the inserted rows (and the unique-index wait above).
 -- NOTIFY: one codity_v1 hint for the queue when any new job is due now (in a batch where an
 -- idempotency key matched, possibly one for nothing: a wakeup is a hint, never a promise).
+-- By queue id (DESIGN.md, "Room to scale out", rule 1): the body takes the queue's id;
+-- enqueue_many('name', ...), which callers have always used, resolves the name in the
+-- project and calls it.
 -- Callers: codity.enqueue, the web API, Python's registry.enqueue, any client.
 
-CREATE OR REPLACE FUNCTION codity.enqueue_many(
-    p_queue text,
+CREATE OR REPLACE FUNCTION codity.enqueue_many_in_queue(
+    p_queue_id bigint,
     p_jobs jsonb,
-    p_project_id bigint DEFAULT NULL,
     p_now timestamptz DEFAULT now()
 )
 RETURNS TABLE (
@@ -34,7 +36,7 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue record := codity._queue(p_queue, p_project_id);
+    v_queue record := codity._queue(p_queue_id, NULL);
     v_batch record;
     v_problem text;
     v_size integer;
@@ -139,15 +141,55 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) IS
-'Insert a batch of jobs (a JSON array of objects) into one queue, honouring idempotency keys.
+COMMENT ON FUNCTION codity.enqueue_many_in_queue(bigint, jsonb, timestamptz) IS
+'Insert a batch of jobs (a JSON array of objects) into one queue, given by id, honouring idempotency keys.
 
 Each object takes task (required), payload, run_at, priority (-1000..1000, higher first),
 idempotency_key and max_attempts (default: the queue''s). Jobs due now start queued, later
 ones scheduled. One row comes back per input position: is_new is false when an
 idempotency key matched an existing job, whose id is returned instead. Nothing is written
 when any object is invalid (CD010) or a payload exceeds 64 KB (CD011). Raises one
-codity_v1 NOTIFY for the queue when a job is due now.
+codity_v1 NOTIFY for the queue when a job is due now. Raises CD001 (no queue with this
+id).
+Example: SELECT * FROM codity.enqueue_many_in_queue(3, ''[{"task": "emails.send", "payload": {"to": "a@example.com"}}, {"task": "emails.send", "idempotency_key": "welcome-42"}]'');';
+
+REVOKE ALL ON FUNCTION codity.enqueue_many_in_queue(bigint, jsonb, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.enqueue_many_in_queue(bigint, jsonb, timestamptz) TO codity_app, codity_worker;
+
+-- By name, within a project (the default one when none is given), then the body.
+CREATE OR REPLACE FUNCTION codity.enqueue_many(
+    p_queue text,
+    p_jobs jsonb,
+    p_project_id bigint DEFAULT NULL,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    job_position integer,
+    job_id bigint,
+    job_status codity.job_status,
+    run_at timestamptz,
+    is_new boolean
+)
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+    SELECT e.job_position, e.job_id, e.job_status, e.run_at, e.is_new
+    FROM codity.enqueue_many_in_queue((codity._queue(p_queue, p_project_id)).id, p_jobs, p_now) AS e;
+$$;
+
+COMMENT ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) IS
+'Insert a batch of jobs (a JSON array of objects) into one queue, given by name, honouring idempotency keys.
+
+Each object takes task (required), payload, run_at, priority (-1000..1000, higher first),
+idempotency_key and max_attempts (default: the queue''s). Jobs due now start queued, later
+ones scheduled. One row comes back per input position: is_new is false when an
+idempotency key matched an existing job, whose id is returned instead. Nothing is written
+when any object is invalid (CD010) or a payload exceeds 64 KB (CD011). Raises one
+codity_v1 NOTIFY for the queue when a job is due now. Resolves the name in the project
+(the default project when p_project_id is NULL) and calls enqueue_many_in_queue(queue_id, ...).
+Raises CD001 (unknown queue), CD002 (unknown project).
 Example: SELECT * FROM codity.enqueue_many(''emails'', ''[{"task": "emails.send", "payload": {"to": "a@example.com"}}, {"task": "emails.send", "idempotency_key": "welcome-42"}]'');';
 
 REVOKE ALL ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) FROM PUBLIC;

@@ -6,9 +6,13 @@
 -- (attempt >= max_attempts) or the failure is not retryable, the job is dead-lettered
 -- with its payload and reason copied. Otherwise it is scheduled after
 -- codity.backoff_delay (clamped, full jitter) and codity.promote queues it when due.
+-- One queue per call (DESIGN.md, "Room to scale out", rules 1 and 2): the body takes the
+-- queue's id and every statement filters on it; fail(job, fence, ...), which callers have
+-- always used, looks the job's queue up and calls it.
 -- Locks the one job row. Caller: the worker, when a handler raises or times out.
 
-CREATE OR REPLACE FUNCTION codity.fail(
+CREATE OR REPLACE FUNCTION codity.fail_in_queue(
+    p_queue_id bigint,
     p_job_id bigint,
     p_fence integer,
     p_error text,
@@ -30,16 +34,17 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_job codity.jobs;
-    v_queue codity.queues;
+    v_queue record;
     v_error text := left(coalesce(p_error, 'unknown error'), 8192);
     v_retry_at timestamptz;
     v_reason text;
 BEGIN
     PERFORM codity._check_clock(p_now);
-    v_job := codity._lock_fenced_job(p_job_id, p_fence);
+    v_job := codity._lock_fenced_job(p_queue_id, p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
         IF EXISTS (SELECT 1 FROM codity.job_executions x
-                   WHERE x.job_id = p_job_id AND x.execution_seq = p_fence AND x.status = 'failed') THEN
+                   WHERE x.queue_id = p_queue_id AND x.job_id = p_job_id
+                     AND x.execution_seq = p_fence AND x.status = 'failed') THEN
             RETURN QUERY SELECT true, 'already_applied'::codity.call_outcome, v_job.status,
                                 CASE WHEN v_job.status = 'scheduled' AND v_job.execution_seq = p_fence
                                      THEN v_job.run_at END,
@@ -51,7 +56,7 @@ BEGIN
         RETURN;
     END IF;
     PERFORM codity._check_transition(v_job.status, 'failed', v_job.id);
-    SELECT q.* INTO v_queue FROM codity.queues q WHERE q.id = v_job.queue_id;
+    v_queue := codity._queue(p_queue_id, NULL);
 
     PERFORM codity._close_attempt(v_job, 'failed', p_now, v_error);
 
@@ -59,8 +64,8 @@ BEGIN
         PERFORM codity._check_transition('failed', 'dead_letter', v_job.id);
         v_reason := CASE WHEN NOT coalesce(p_retryable, true) THEN 'failed: not retryable'
                          ELSE format('failed: max attempts reached (%s/%s)', v_job.attempt, v_job.max_attempts) END;
-        UPDATE codity.jobs j SET last_error = v_error WHERE j.id = p_job_id;
-        PERFORM codity._dead_letter(p_job_id, v_reason, v_error, p_now);
+        UPDATE codity.jobs j SET last_error = v_error WHERE j.queue_id = p_queue_id AND j.id = p_job_id;
+        PERFORM codity._dead_letter(p_queue_id, p_job_id, v_reason, v_error, p_now);
         RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'dead_letter'::codity.job_status,
                             NULL::timestamptz, v_reason;
         RETURN;
@@ -72,10 +77,49 @@ BEGIN
     UPDATE codity.jobs j
     SET status = 'scheduled', run_at = v_retry_at, lock_expires_at = NULL,
         last_error = v_error, updated_at = p_now
-    WHERE j.id = p_job_id;
+    WHERE j.queue_id = p_queue_id AND j.id = p_job_id;
     RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'scheduled'::codity.job_status, v_retry_at,
                         format('retry %s of %s scheduled', v_job.attempt + 1, v_job.max_attempts);
 END;
+$$;
+
+COMMENT ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) IS
+'Record a failed attempt of a job of one queue: retry after backoff with full jitter, or dead-letter; fenced.
+
+The job is dead-lettered when its attempts are used up or p_retryable is false; otherwise
+it is scheduled at now + codity.backoff_delay(...) and retry_at says when. The error text
+is kept (truncated to 8 KB) on the execution and the job. outcome: applied;
+already_applied (this fence already failed: a repeat after a lost COMMIT; nothing changed);
+stale (accepted = false, nothing changed, the rejection is recorded). Raises CD003
+(no such job in this queue), CD010 (NULL fence), CD020 (e.g. failing a job that never started).
+Example: SELECT * FROM codity.fail_in_queue(3, 42, 1, ''SMTPError: 451 try later'');';
+
+REVOKE ALL ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) TO codity_app, codity_worker;
+
+-- By job id alone: the job's queue looked up, then the body.
+CREATE OR REPLACE FUNCTION codity.fail(
+    p_job_id bigint,
+    p_fence integer,
+    p_error text,
+    p_retryable boolean DEFAULT true,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    accepted boolean,
+    outcome codity.call_outcome,
+    job_status codity.job_status,
+    retry_at timestamptz,
+    detail text
+)
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+    SELECT f.accepted, f.outcome, f.job_status, f.retry_at, f.detail
+    FROM codity.fail_in_queue((SELECT j.queue_id FROM codity.jobs j WHERE j.id = p_job_id),
+                     p_job_id, p_fence, p_error, p_retryable, p_now) AS f;
 $$;
 
 COMMENT ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) IS
@@ -85,8 +129,10 @@ The job is dead-lettered when its attempts are used up or p_retryable is false; 
 it is scheduled at now + codity.backoff_delay(...) and retry_at says when. The error text
 is kept (truncated to 8 KB) on the execution and the job. outcome: applied;
 already_applied (this fence already failed: a repeat after a lost COMMIT; nothing changed);
-stale (accepted = false, nothing changed, the rejection is recorded). Raises CD003
-(unknown job), CD010 (NULL fence), CD020 (e.g. failing a job that never started).
+stale (accepted = false, nothing changed, the rejection is recorded). Looks up the job''s
+queue and calls fail_in_queue(queue_id, ...): a client that knows the queue calls that directly.
+Raises CD003 (unknown job), CD010 (NULL fence), CD020 (e.g. failing a job that never
+started).
 Example: SELECT * FROM codity.fail(42, 1, ''SMTPError: 451 try later'');';
 
 REVOKE ALL ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) FROM PUBLIC;

@@ -1,19 +1,16 @@
 -- codity.heartbeat: "I am alive, and these are the jobs I am running".
 --
--- Updates the worker's last_heartbeat_at and extends the lease of each listed job whose
--- fence still matches and that this worker still holds. Every listed job comes back with
--- a state: 'extended', 'cancelled' (an operator cancelled it: stop the handler), 'done'
--- (this worker's own complete, fail or release with that fence already committed — its
--- answer may have been lost on the way back: stop heartbeating it, nothing is recorded) or
--- 'lost' (reaped or reclaimed: stop the handler, its result will be refused). Lost calls
--- are recorded like any stale fence.
---
--- Against the reaper: both write the same rows. If the heartbeat commits first the lease
--- is in the future and the reaper, which repeats its whole condition in its UPDATE, leaves
--- the job alone; if the reaper commits first the heartbeat finds the job queued and
--- reports it lost. A worker declared dead that heartbeats again is alive after all: it
--- becomes active again, but what was reaped stays lost.
--- Locks the worker row and the listed job rows. Caller: the worker, every 5 s.
+-- Updates the worker's last_heartbeat_at (a worker declared dead that heartbeats again is
+-- alive after all: it becomes active again, but what was reaped stays lost) and extends
+-- the lease of each listed job whose fence still matches and that this worker still holds,
+-- through codity.extend_leases, which says what each state means. Every listed job comes
+-- back, in input order: 'extended', 'cancelled', 'done' or 'lost'; an id that names no
+-- job is 'lost'.
+-- Cross-queue work (DESIGN.md, "Room to scale out", rules 1 and 6): the worker row is
+-- heartbeat's; the leases are codity.extend_leases', called once per queue of the listed
+-- jobs, each call on one queue.
+-- Locks the worker row, then the listed job rows queue by queue. Caller: the worker,
+-- every 5 s.
 
 CREATE OR REPLACE FUNCTION codity.heartbeat(
     p_worker_id bigint,
@@ -30,11 +27,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_worker codity.workers;
-    v_extended bigint[];
-    v_queue_ids bigint[];
-    v_lease_ends timestamptz[];
-    v_job codity.jobs;
-    v_pair record;
 BEGIN
     PERFORM codity._check_clock(p_now);
     -- NULL arrays mean "no jobs" here (a worker with nothing running), unlike the batch calls.
@@ -50,51 +42,14 @@ BEGIN
     SET last_heartbeat_at = GREATEST(w.last_heartbeat_at, p_now), status = 'active', stopped_at = NULL
     WHERE w.id = p_worker_id;
 
-    -- Each queue's new lease end first: no time arithmetic on columns inside the UPDATE
-    -- (DESIGN.md, "Room to scale out", rule 9).
-    SELECT pg_catalog.array_agg(q.id),
-           pg_catalog.array_agg(p_now + pg_catalog.make_interval(secs => q.lease_seconds))
-    INTO v_queue_ids, v_lease_ends
-    FROM codity.queues q
-    WHERE q.id IN (SELECT j.queue_id FROM codity.jobs j WHERE j.id = ANY (p_job_ids));
-
-    WITH extended AS (
-        UPDATE codity.jobs j
-        SET lock_expires_at = GREATEST(j.lock_expires_at, l.lease_end), updated_at = p_now
-        FROM unnest(p_job_ids, p_fences) AS h(job_id, fence),
-             unnest(v_queue_ids, v_lease_ends) AS l(queue_id, lease_end)
-        WHERE j.id = h.job_id
-          AND j.queue_id = l.queue_id
-          AND j.execution_seq = h.fence
-          AND j.status IN ('claimed', 'running')
-          AND j.worker_id = p_worker_id
-        RETURNING j.id
-    )
-    SELECT coalesce(array_agg(e.id), '{}') INTO v_extended FROM extended e;
-
-    FOR v_pair IN
-        SELECT h.job_id, h.fence FROM unnest(p_job_ids, p_fences) AS h(job_id, fence)
-    LOOP
-        IF v_pair.job_id = ANY (v_extended) THEN
-            RETURN QUERY SELECT v_pair.job_id, v_pair.fence, 'extended'::text;
-            CONTINUE;
-        END IF;
-        SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = v_pair.job_id;
-        IF v_job.id IS NOT NULL AND v_job.status = 'cancelled' AND v_job.execution_seq = v_pair.fence THEN
-            RETURN QUERY SELECT v_pair.job_id, v_pair.fence, 'cancelled'::text;
-        ELSIF EXISTS (
-            SELECT 1 FROM codity.job_executions x
-            WHERE x.job_id = v_pair.job_id AND x.execution_seq = v_pair.fence
-              AND x.worker_id = p_worker_id AND x.status IN ('completed', 'failed', 'released')
-        ) THEN
-            RETURN QUERY SELECT v_pair.job_id, v_pair.fence, 'done'::text;
-        ELSE
-            IF v_job.id IS NOT NULL THEN
-                PERFORM codity._reject_stale(v_job, 'heartbeat', v_pair.fence, p_now);
-            END IF;
-            RETURN QUERY SELECT v_pair.job_id, v_pair.fence, 'lost'::text;
-        END IF;
-    END LOOP;
+    RETURN QUERY
+    SELECT e.job_id, e.fence, e.state
+    FROM codity._job_groups(coalesce(p_job_ids, '{}')) AS g
+    CROSS JOIN LATERAL codity.extend_leases(
+        g.queue_id, p_worker_id, codity._at(p_job_ids, g.positions),
+        codity._at(p_fences, g.positions), p_now
+    ) WITH ORDINALITY AS e(job_id, fence, state, n)
+    ORDER BY g.positions[e.n];
 END;
 $$;
 

@@ -10,10 +10,15 @@
 -- Locks: per queue, the expired rows FOR UPDATE SKIP LOCKED (a row a worker is
 -- completing right now is skipped, not waited for). The UPDATE repeats the whole
 -- condition (status held, lease expired), so a job completed or heartbeated between the
--- SELECT and the UPDATE is left alone. One queue per statement (DESIGN.md, Citus).
+-- SELECT and the UPDATE is left alone.
+-- One queue per call (DESIGN.md, "Room to scale out", rules 1, 2 and 6): the body,
+-- reap_in_queue(queue_id, ...), works on one queue and every statement filters on it; reap(),
+-- which tick calls, loops over the list of queues (read alone, not joined with the jobs)
+-- and calls the body for each.
 -- Callers: codity.tick (scheduler loop or pg_cron).
 
-CREATE OR REPLACE FUNCTION codity.reap(
+CREATE OR REPLACE FUNCTION codity.reap_in_queue(
+    p_queue_id bigint,
     p_now timestamptz DEFAULT now(),
     p_limit integer DEFAULT 1000
 )
@@ -25,7 +30,7 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue codity.queues;
+    v_queue record := codity._queue(p_queue_id, NULL);
     v_ids bigint[];
     v_project_ids bigint[];
     v_fences integer[];
@@ -42,87 +47,117 @@ BEGIN
     PERFORM codity._check_transition('running', 'queued');
     PERFORM codity._check_transition('claimed', 'queued');
 
-    FOR v_queue IN
-        SELECT q.* FROM codity.queues q
-        WHERE EXISTS (
-            SELECT 1 FROM codity.jobs j
-            WHERE j.queue_id = q.id AND j.status IN ('claimed', 'running') AND j.lock_expires_at <= p_now
-        )
-        ORDER BY q.id
+    -- Below the crash cap: back to queued, attempt refunded.
+    WITH expired AS MATERIALIZED (
+        SELECT j.id, j.attempt, j.worker_id, j.claimed_at, j.started_at FROM codity.jobs j
+        WHERE j.queue_id = p_queue_id
+          AND j.status IN ('claimed', 'running')
+          AND j.lock_expires_at <= p_now
+        ORDER BY j.lock_expires_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ),
+    requeued AS (
+        UPDATE codity.jobs j
+        SET status = 'queued',
+            attempt = j.attempt - 1,
+            crash_count = j.crash_count + 1,
+            lock_expires_at = NULL,
+            updated_at = p_now
+        FROM expired e
+        WHERE j.queue_id = p_queue_id AND j.id = e.id
+          AND j.status IN ('claimed', 'running')
+          AND j.lock_expires_at <= p_now
+          AND j.crash_count + 1 < v_queue.max_crashes
+        RETURNING j.id, j.project_id, j.execution_seq, e.attempt, e.worker_id, e.claimed_at,
+                  e.started_at
+    )
+    SELECT coalesce(array_agg(r.id), '{}'), array_agg(r.project_id), array_agg(r.execution_seq),
+           array_agg(r.attempt), array_agg(r.worker_id), array_agg(r.claimed_at),
+           array_agg(r.started_at)
+    INTO v_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at, v_started_at
+    FROM requeued r;
+
+    -- The execution rows in a statement of their own: an INSERT inside a CTE is never
+    -- router-planned by Citus (DESIGN.md, "Room to scale out", rule 3).
+    INSERT INTO codity.job_executions
+        (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
+         started_at, finished_at, attempt_refunded, error)
+    SELECT r.job_id, p_queue_id, r.project_id, r.fence, r.attempt, r.worker_id, 'reaped',
+           r.claimed_at, r.started_at, p_now, true,
+           'lease expired: the worker stopped heartbeating'
+    FROM unnest(v_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
+                v_started_at)
+         AS r(job_id, project_id, fence, attempt, worker_id, claimed_at, started_at);
+
+    RETURN QUERY
+    SELECT r.job_id, p_queue_id, r.fence, 'requeued'::text
+    FROM unnest(v_ids, v_fences) AS r(job_id, fence);
+
+    IF cardinality(v_ids) > 0 AND NOT v_queue.is_paused THEN
+        PERFORM codity._notify(p_queue_id);
+    END IF;
+
+    -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
+    FOR v_dead IN
+        SELECT j.* FROM codity.jobs j
+        WHERE j.queue_id = p_queue_id
+          AND j.status IN ('claimed', 'running')
+          AND j.lock_expires_at <= p_now
+          AND j.crash_count + 1 >= v_queue.max_crashes
+        ORDER BY j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
     LOOP
-        -- Below the crash cap: back to queued, attempt refunded.
-        WITH expired AS MATERIALIZED (
-            SELECT j.id, j.attempt, j.worker_id, j.claimed_at, j.started_at FROM codity.jobs j
-            WHERE j.queue_id = v_queue.id
-              AND j.status IN ('claimed', 'running')
-              AND j.lock_expires_at <= p_now
-            ORDER BY j.lock_expires_at, j.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ),
-        requeued AS (
-            UPDATE codity.jobs j
-            SET status = 'queued',
-                attempt = j.attempt - 1,
-                crash_count = j.crash_count + 1,
-                lock_expires_at = NULL,
-                updated_at = p_now
-            FROM expired e
-            WHERE j.id = e.id
-              AND j.status IN ('claimed', 'running')
-              AND j.lock_expires_at <= p_now
-              AND j.crash_count + 1 < v_queue.max_crashes
-            RETURNING j.id, j.project_id, j.execution_seq, e.attempt, e.worker_id, e.claimed_at,
-                      e.started_at
-        )
-        SELECT coalesce(array_agg(r.id), '{}'), array_agg(r.project_id), array_agg(r.execution_seq),
-               array_agg(r.attempt), array_agg(r.worker_id), array_agg(r.claimed_at),
-               array_agg(r.started_at)
-        INTO v_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at, v_started_at
-        FROM requeued r;
+        PERFORM codity._check_transition(v_dead.status, 'dead_letter', v_dead.id);
+        UPDATE codity.jobs j SET crash_count = j.crash_count + 1
+        WHERE j.queue_id = p_queue_id AND j.id = v_dead.id;
+        PERFORM codity._close_attempt(v_dead, 'reaped', p_now,
+                                      'lease expired: the worker stopped heartbeating');
+        PERFORM codity._dead_letter(
+            p_queue_id, v_dead.id,
+            format('crashed: lease expired %s times (max_crashes %s)', v_dead.crash_count + 1, v_queue.max_crashes),
+            'lease expired: the worker stopped heartbeating',
+            p_now);
+        RETURN QUERY SELECT v_dead.id, p_queue_id, v_dead.execution_seq, 'dead_letter'::text;
+    END LOOP;
+END;
+$$;
 
-        -- The execution rows in a statement of their own: an INSERT inside a CTE is never
-        -- router-planned by Citus (DESIGN.md, "Room to scale out", rule 3).
-        INSERT INTO codity.job_executions
-            (job_id, queue_id, project_id, execution_seq, attempt, worker_id, status, claimed_at,
-             started_at, finished_at, attempt_refunded, error)
-        SELECT r.job_id, v_queue.id, r.project_id, r.fence, r.attempt, r.worker_id, 'reaped',
-               r.claimed_at, r.started_at, p_now, true,
-               'lease expired: the worker stopped heartbeating'
-        FROM unnest(v_ids, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
-                    v_started_at)
-             AS r(job_id, project_id, fence, attempt, worker_id, claimed_at, started_at);
+COMMENT ON FUNCTION codity.reap_in_queue(bigint, timestamptz, integer) IS
+'Requeue the jobs of one queue whose lease expired, refunding the attempt; dead-letter those at the crash cap.
 
-        RETURN QUERY
-        SELECT r.job_id, v_queue.id, r.fence, 'requeued'::text
-        FROM unnest(v_ids, v_fences) AS r(job_id, fence);
+Each reaped execution is closed as reaped with attempt_refunded = true. A job reaped
+max_crashes times (a handler that kills its worker) is dead-lettered instead. Safe to run
+from several schedulers at once (SKIP LOCKED), and a job completed meanwhile is never
+requeued. Returns one row per job touched. Raises CD001 (no queue with this id), CD010
+(limit not positive).
+Example: SELECT * FROM codity.reap_in_queue(3);';
 
-        IF cardinality(v_ids) > 0 AND NOT v_queue.is_paused THEN
-            PERFORM codity._notify(v_queue.id);
-        END IF;
+REVOKE ALL ON FUNCTION codity.reap_in_queue(bigint, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.reap_in_queue(bigint, timestamptz, integer) TO codity_app;
 
-        -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
-        FOR v_dead IN
-            SELECT j.* FROM codity.jobs j
-            WHERE j.queue_id = v_queue.id
-              AND j.status IN ('claimed', 'running')
-              AND j.lock_expires_at <= p_now
-              AND j.crash_count + 1 >= v_queue.max_crashes
-            ORDER BY j.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        LOOP
-            PERFORM codity._check_transition(v_dead.status, 'dead_letter', v_dead.id);
-            UPDATE codity.jobs j SET crash_count = j.crash_count + 1 WHERE j.id = v_dead.id;
-            PERFORM codity._close_attempt(v_dead, 'reaped', p_now,
-                                          'lease expired: the worker stopped heartbeating');
-            PERFORM codity._dead_letter(
-                v_dead.id,
-                format('crashed: lease expired %s times (max_crashes %s)', v_dead.crash_count + 1, v_queue.max_crashes),
-                'lease expired: the worker stopped heartbeating',
-                p_now);
-            RETURN QUERY SELECT v_dead.id, v_queue.id, v_dead.execution_seq, 'dead_letter'::text;
-        END LOOP;
+-- Every queue: the list alone, then the body once per queue (rule 6).
+CREATE OR REPLACE FUNCTION codity.reap(
+    p_now timestamptz DEFAULT now(),
+    p_limit integer DEFAULT 1000
+)
+RETURNS TABLE (job_id bigint, queue_id bigint, fence integer, outcome text)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue_id bigint;
+BEGIN
+    PERFORM codity._check_clock(p_now);
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be positive, got %', p_limit USING ERRCODE = 'CD010';
+    END IF;
+    FOR v_queue_id IN SELECT q.id FROM codity.queues q ORDER BY q.id LOOP
+        RETURN QUERY SELECT * FROM codity.reap_in_queue(v_queue_id, p_now, p_limit);
     END LOOP;
 END;
 $$;
@@ -133,7 +168,8 @@ COMMENT ON FUNCTION codity.reap(timestamptz, integer) IS
 Each reaped execution is closed as reaped with attempt_refunded = true. A job reaped
 max_crashes times (a handler that kills its worker) is dead-lettered instead. Safe to run
 from several schedulers at once (SKIP LOCKED), and a job completed meanwhile is never
-requeued. Returns one row per job touched.
+requeued. Returns one row per job touched. Calls reap_in_queue(queue_id, ...) for every queue.
+Raises CD010 (limit not positive).
 Example: SELECT * FROM codity.reap();';
 
 REVOKE ALL ON FUNCTION codity.reap(timestamptz, integer) FROM PUBLIC;

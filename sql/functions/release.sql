@@ -4,10 +4,14 @@
 -- and that attempt is refunded (execution status 'released', attempt_refunded = true).
 -- Fenced like complete ('stale' when the fence is no longer current; 'already_applied'
 -- when this fence's execution was already released, e.g. a repeat after a lost COMMIT).
+-- One queue per call (DESIGN.md, "Room to scale out", rules 1 and 2): the body takes the
+-- queue's id and every statement filters on it; release(job, fence), which callers have
+-- always used, looks the job's queue up and calls it.
 -- Locks the one job row; NOTIFY wakes another worker.
 -- Callers: the worker's drain, codity.deregister_worker.
 
-CREATE OR REPLACE FUNCTION codity.release(
+CREATE OR REPLACE FUNCTION codity.release_in_queue(
+    p_queue_id bigint,
     p_job_id bigint,
     p_fence integer,
     p_now timestamptz DEFAULT now()
@@ -23,10 +27,11 @@ DECLARE
     v_job codity.jobs;
 BEGIN
     PERFORM codity._check_clock(p_now);
-    v_job := codity._lock_fenced_job(p_job_id, p_fence);
+    v_job := codity._lock_fenced_job(p_queue_id, p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
         IF EXISTS (SELECT 1 FROM codity.job_executions x
-                   WHERE x.job_id = p_job_id AND x.execution_seq = p_fence AND x.status = 'released') THEN
+                   WHERE x.queue_id = p_queue_id AND x.job_id = p_job_id
+                     AND x.execution_seq = p_fence AND x.status = 'released') THEN
             RETURN QUERY SELECT true, 'already_applied'::codity.call_outcome, v_job.status,
                                 pg_catalog.format('already released with fence %s; nothing changed', p_fence);
             RETURN;
@@ -39,7 +44,7 @@ BEGIN
 
     UPDATE codity.jobs j
     SET status = 'queued', attempt = j.attempt - 1, lock_expires_at = NULL, updated_at = p_now
-    WHERE j.id = p_job_id;
+    WHERE j.queue_id = p_queue_id AND j.id = p_job_id;
     PERFORM codity._close_attempt(v_job, 'released', p_now, p_refunded => true);
     PERFORM codity._notify(v_job.queue_id);
     RETURN QUERY SELECT true, 'applied'::codity.call_outcome, 'queued'::codity.job_status,
@@ -47,12 +52,41 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION codity.release_in_queue(bigint, bigint, integer, timestamptz) IS
+'Return a held job of one queue to it without charging its attempt (graceful drain); fenced.
+
+outcome: applied; already_applied (this fence was already released: a repeat after a lost
+COMMIT; nothing changed); stale (accepted = false, nothing changed, rejection recorded).
+Raises CD003 (no such job in this queue), CD010 (NULL fence).
+Example: SELECT * FROM codity.release_in_queue(3, 42, 1);';
+
+REVOKE ALL ON FUNCTION codity.release_in_queue(bigint, bigint, integer, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.release_in_queue(bigint, bigint, integer, timestamptz) TO codity_app, codity_worker;
+
+-- By job id alone: the job's queue looked up, then the body.
+CREATE OR REPLACE FUNCTION codity.release(
+    p_job_id bigint,
+    p_fence integer,
+    p_now timestamptz DEFAULT now()
+)
+RETURNS TABLE (accepted boolean, outcome codity.call_outcome, job_status codity.job_status, detail text)
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, codity, pg_temp
+AS $$
+    SELECT r.accepted, r.outcome, r.job_status, r.detail
+    FROM codity.release_in_queue((SELECT j.queue_id FROM codity.jobs j WHERE j.id = p_job_id),
+                        p_job_id, p_fence, p_now) AS r;
+$$;
+
 COMMENT ON FUNCTION codity.release(bigint, integer, timestamptz) IS
 'Return a held job to the queue without charging its attempt (graceful drain); fenced.
 
 outcome: applied; already_applied (this fence was already released: a repeat after a lost
 COMMIT; nothing changed); stale (accepted = false, nothing changed, rejection recorded).
-Raises CD003 (unknown job), CD010 (NULL fence).
+Looks up the job''s queue and calls release_in_queue(queue_id, ...): a client that knows the queue
+calls that directly. Raises CD003 (unknown job), CD010 (NULL fence).
 Example: SELECT * FROM codity.release(42, 1);';
 
 REVOKE ALL ON FUNCTION codity.release(bigint, integer, timestamptz) FROM PUBLIC;
