@@ -118,7 +118,10 @@ does not mark the worker alive) and `enqueue_many_in_queue(queue_id, jobs)`. The
 name and by job id are wrappers that find the queue and call them; a worker that has its
 queues' ids from `worker_queues` saves that lookup and keeps to one queue per call, which is
 what a database distributed by queue needs. A job of another queue is unknown to a body
-(CD003 "job N does not exist in queue Q"). The Python worker calls these.
+(CD003 "job N does not exist in queue Q"). The bodies raise no NOTIFY (a database
+distributed by queue may run them on a node where no worker listens): a client that calls
+`enqueue_many_in_queue` with a job due now, or `release_in_queue`, wakes the queue's workers
+itself, `SELECT pg_notify('codity_v1', queue_id::text)`. The Python worker calls these.
 
 **Repeating a call.** A connection that drops during a call leaves its outcome unknown: send
 the same call again. Each fenced call answers with `accepted` and an `outcome`:

@@ -655,3 +655,45 @@ def test_claim_start_and_complete_raise_no_notification(live_api: Api, listener:
     live_api.start(claimed)
     live_api.complete(claimed)
     assert notifications(listener, live_api.conn) == []
+
+
+def test_the_bodies_by_queue_id_raise_no_notification_and_their_callers_do(
+    live_api: Api, listener: Conn
+) -> None:
+    """DESIGN.md's rule 10: a body Citus may run on another node must not NOTIFY there; the
+    wrappers, on the caller's side, wake the queue instead (and the worker for its own
+    releases). Each pair: the body alone, then the wrapper."""
+    queue_id = live_api.queue("wake")
+    worker = live_api.worker()
+    api = live_api.conn
+    api.execute(
+        'SELECT * FROM codity.enqueue_many_in_queue(%s, \'[{"task": "t"}]\', p_now => %s)',
+        [queue_id, T0],
+    )
+    assert notifications(listener, api) == [], "enqueue_many_in_queue"
+    for _ in range(3):
+        live_api.enqueue("wake")
+    assert notifications(listener, api) == [str(queue_id)] * 3, "enqueue, once per commit"
+
+    first, second, third, fourth = live_api.claim(worker, "wake", 4)
+    api.execute(
+        "SELECT * FROM codity.release_in_queue(%s, %s, %s, p_now => %s)",
+        [queue_id, first.job_id, first.fence, T0],
+    )
+    assert notifications(listener, api) == [], "release_in_queue"
+    api.execute(
+        "SELECT * FROM codity.release(%s, %s, p_now => %s)", [second.job_id, second.fence, T0]
+    )
+    assert notifications(listener, api) == [str(queue_id)], "release"
+
+    # third and fourth are still held; past their lease both are reaped.
+    later = at(3600)
+    assert api.execute(
+        "SELECT job_id, outcome FROM codity.reap_in_queue(%s, p_now => %s, p_limit => 1)",
+        [queue_id, later],
+    ).fetchall() == [(third.job_id, "requeued")]
+    assert notifications(listener, api) == [], "reap_in_queue"
+    assert api.execute("SELECT job_id FROM codity.reap(p_now => %s)", [later]).fetchall() == [
+        (fourth.job_id,)
+    ]
+    assert notifications(listener, api) == [str(queue_id)], "reap"

@@ -10,6 +10,7 @@ inside a rolled-back transaction and sees the check name it:
 - rule 2: every statement of those bodies, and of the private helpers they call, that reads
   or writes a job table names the queue: alias.queue_id = ... (a statement-level check of
   the function source, comments left out);
+- rule 10: none of those bodies or helpers raises a NOTIFY (the callers do);
 - rule 3: no function body has an INSERT into a job table inside a CTE;
 - rule 4: every primary and unique key of a job table leads with queue_id; a foreign key
   between job tables includes queue_id and is CASCADE or NO ACTION; no foreign key points
@@ -19,7 +20,7 @@ inside a rolled-back transaction and sees the check name it:
 - rule 8: the codity_app policy of every job table reads the row and the tenant setting
   only: project_id = codity.current_project_id(), no subquery. And the project_id each write
   path copies onto a row is the queue's, checked in a second project.
-Rules 5, 6, 9 and 10 are about what statements do and are not checked here
+Rules 5, 6 and 9 are about what statements do and are not checked here
 (docs/DATABASE.md says where each stands).
 """
 
@@ -240,9 +241,31 @@ def unfiltered_statement_violations(conn: Conn) -> list[str]:
     return problems
 
 
+_NOTIFY = re.compile(
+    r"\b(?:pg_catalog\.)?pg_notify\s*\(|\bcodity\._notify\s*\(|\bNOTIFY\s+\w", re.I
+)
+
+
+def notify_violations(conn: Conn) -> list[str]:
+    """Hot bodies and their helpers that raise a NOTIFY: Citus may run a body on the node
+    that holds its queue, whose listeners are not the workers' (rule 10)."""
+    return [
+        f"{function} raises a NOTIFY"
+        for function, source in _rows(
+            conn,
+            "SELECT p.oid::regprocedure::text, p.prosrc FROM pg_catalog.pg_proc p"
+            " WHERE p.pronamespace = 'codity'::regnamespace AND p.proname = ANY (%s)"
+            " ORDER BY 1",
+            [list(HOT_BODIES + HOT_HELPERS)],
+        )
+        if _NOTIFY.search(re.sub(r"--[^\n]*", "", source))
+    ]
+
+
 CHECKS = (
     hot_body_violations,
     unfiltered_statement_violations,
+    notify_violations,
     unclassified_tables,
     key_violations,
     foreign_key_violations,
@@ -299,6 +322,36 @@ def test_a_statement_that_does_not_name_its_queue_is_named(tx: Conn) -> None:
         " FROM codity.job_executions x without x.queue_id = ...",
         "codity.release_in_queue(bigint,bigint,integer,timestamp with time zone):"
         " UPDATE codity.jobs j without j.queue_id = ...",
+    ]
+
+
+def test_a_body_that_raises_a_notify_is_named(tx: Conn) -> None:
+    """release_in_queue as it was before rule 10 was kept, and a helper with a bare NOTIFY;
+    a NOTIFY in a comment is not code."""
+    function = "codity.release_in_queue(bigint, bigint, integer, timestamp with time zone)"
+    row = tx.execute(
+        "SELECT pg_catalog.pg_get_functiondef(%s::regprocedure)", [function]
+    ).fetchone()
+    assert row is not None
+    closed = "PERFORM codity._close_attempt(v_job, 'released', p_now, p_refunded => true);"
+    assert str(row[0]).count(closed) == 1
+    tx.execute(
+        str(row[0]).replace(closed, closed + "\n    PERFORM codity._notify(p_queue_id);").encode()
+    )
+    tx.execute(
+        "CREATE OR REPLACE FUNCTION codity._reject_stale(p_job codity.jobs, p_call text,"
+        " p_fence integer, p_now timestamptz) RETURNS text LANGUAGE plpgsql AS $$ BEGIN"
+        " -- NOTIFY codity_v1 would wake them\n"
+        " NOTIFY codity_v1; RETURN 'x'; END $$"
+    )
+    tx.execute(
+        "CREATE OR REPLACE FUNCTION codity._dead_letter(p_queue_id bigint, p_job_id bigint,"
+        " p_reason text, p_error text, p_now timestamptz) RETURNS bigint LANGUAGE sql"
+        " AS $$ SELECT 1::bigint -- pg_notify('codity_v1', '1') is only a comment\n $$"
+    )
+    assert notify_violations(tx) == [
+        "codity._reject_stale(codity.jobs,text,integer,timestamp with time zone) raises a NOTIFY",
+        "codity.release_in_queue(bigint,bigint,integer,timestamp with time zone) raises a NOTIFY",
     ]
 
 

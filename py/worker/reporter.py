@@ -59,8 +59,12 @@ _FAIL = (
     "SELECT accepted, outcome::text AS outcome, detail"
     " FROM codity.fail_in_queue(%s, %s, %s, %s, %s)"
 )
+# A job given back wakes the queue's workers from this side: the body raises no NOTIFY
+# (DESIGN.md, "Room to scale out", rule 10).
 _RELEASE = (
-    "SELECT accepted, outcome::text AS outcome, detail FROM codity.release_in_queue(%s, %s, %s)"
+    "SELECT r.accepted, r.outcome::text AS outcome, r.detail,"
+    " CASE WHEN r.outcome = 'applied' THEN pg_catalog.pg_notify('codity_v1', %s::text) END"
+    " FROM codity.release_in_queue(%s, %s, %s) AS r"
 )
 _HEARTBEAT = "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])"
 
@@ -241,7 +245,7 @@ class Reporter:
             query = _FAIL
             params = [ctx.queue_id, ctx.job_id, ctx.fence, report.error, report.retryable]
         else:
-            query, params = _RELEASE, [ctx.queue_id, ctx.job_id, ctx.fence]
+            query, params = _RELEASE, [ctx.queue_id, ctx.queue_id, ctx.job_id, ctx.fence]
         try:
             rows = await self._send(f"{report.kind} of job {ctx.job_id}", query, params)
         except (CodityError, psycopg.Error) as exc:

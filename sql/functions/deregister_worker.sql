@@ -31,6 +31,9 @@ BEGIN
     LOOP
         IF (SELECT r.accepted FROM codity.release_in_queue(v_job.queue_id, v_job.id, v_job.execution_seq, p_now) AS r) THEN
             v_released := v_released + 1;
+            -- The wakeup from this side, not from the body (DESIGN.md, "Room to scale out",
+            -- rule 10); repeats for one queue fold into one notification at commit.
+            PERFORM codity._notify(v_job.queue_id);
         END IF;
     END LOOP;
 

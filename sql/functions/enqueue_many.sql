@@ -10,8 +10,11 @@
 -- waits on the unique index until the other transaction ends, then finds its job; duplicates inside one batch collapse to one job.
 --
 -- Locks: none beyond the inserted rows (and the unique-index wait above).
--- NOTIFY: one codity_v1 hint for the queue when any new job is due now (in a batch where an
--- idempotency key matched, possibly one for nothing: a wakeup is a hint, never a promise).
+-- NOTIFY: not from the body, which Citus may run on another node, where the queue's workers
+-- would never hear it (DESIGN.md, "Room to scale out", rule 10). enqueue_many by name, on
+-- the caller's side, raises one codity_v1 hint for the queue when the batch holds a job due
+-- now (one that matched an idempotency key included: a wakeup is a hint, never a promise);
+-- a client that calls the body wakes the queue itself: pg_notify('codity_v1', queue_id).
 -- By queue id (DESIGN.md, "Room to scale out", rule 1): the body takes the queue's id;
 -- enqueue_many('name', ...), which callers have always used, resolves the name in the
 -- project and calls it.
@@ -40,7 +43,6 @@ DECLARE
     v_batch record;
     v_problem text;
     v_size integer;
-    v_due boolean;
     v_inserted integer;
 BEGIN
     PERFORM codity._check_clock(p_now);
@@ -54,16 +56,12 @@ BEGIN
             USING ERRCODE = 'CD010', HINT = 'Split the batch.';
     END IF;
 
-    -- One pass over the batch: the first invalid job, the first oversized payload, whether
-    -- any job is due now (CASE keeps an invalid run_at from being cast), and ids from the
-    -- sequence, so the rows can be found again without an INSERT inside a CTE, which Citus
+    -- One pass over the batch: the first invalid job, the first oversized payload, and ids
+    -- from the sequence, so the rows can be found again without an INSERT inside a CTE, which Citus
     -- never plans on one node (DESIGN.md, "Room to scale out", rule 3).
     SELECT pg_catalog.min(c.ord) FILTER (WHERE c.problem IS NOT NULL) AS bad_ord,
            pg_catalog.min(c.ord) FILTER (WHERE c.size > 65536) AS big_ord,
-           pg_catalog.array_agg(pg_catalog.nextval('codity.jobs_id_seq') ORDER BY c.ord) AS ids,
-           coalesce(pg_catalog.bool_or(CASE WHEN c.problem IS NULL
-                                            THEN coalesce((c.spec ->> 'run_at')::timestamptz, p_now)
-                                                 <= p_now END), false) AS any_due
+           pg_catalog.array_agg(pg_catalog.nextval('codity.jobs_id_seq') ORDER BY c.ord) AS ids
     INTO v_batch
     FROM (
         SELECT e.ord::integer AS ord, e.spec, codity._job_spec_problem(e.spec) AS problem,
@@ -105,9 +103,6 @@ BEGIN
     ORDER BY s.ord
     ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
     GET DIAGNOSTICS v_inserted = ROW_COUNT;
-    -- A wakeup when a job due now went in. In a batch where some job hit an idempotency key,
-    -- a due job that hit one may still wake the queue's workers once for nothing: harmless.
-    v_due := v_inserted > 0 AND v_batch.any_due;
 
     IF v_inserted = cardinality(v_batch.ids) THEN
         -- Every job went in as described: each position's answer is known without a read.
@@ -134,10 +129,6 @@ BEGIN
         ) AS f
         ORDER BY e.ord;
     END IF;
-
-    IF v_due AND NOT v_queue.is_paused THEN
-        PERFORM codity._notify(v_queue.id);
-    END IF;
 END;
 $$;
 
@@ -148,15 +139,16 @@ Each object takes task (required), payload, run_at, priority (-1000..1000, highe
 idempotency_key and max_attempts (default: the queue''s). Jobs due now start queued, later
 ones scheduled. One row comes back per input position: is_new is false when an
 idempotency key matched an existing job, whose id is returned instead. Nothing is written
-when any object is invalid (CD010) or a payload exceeds 64 KB (CD011). Raises one
-codity_v1 NOTIFY for the queue when a job is due now. Raises CD001 (no queue with this
-id).
+when any object is invalid (CD010) or a payload exceeds 64 KB (CD011). Raises no
+NOTIFY (the caller wakes the queue''s workers: pg_notify(''codity_v1'', queue_id::text)).
+Raises CD001 (no queue with this id).
 Example: SELECT * FROM codity.enqueue_many_in_queue(3, ''[{"task": "emails.send", "payload": {"to": "a@example.com"}}, {"task": "emails.send", "idempotency_key": "welcome-42"}]'');';
 
 REVOKE ALL ON FUNCTION codity.enqueue_many_in_queue(bigint, jsonb, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION codity.enqueue_many_in_queue(bigint, jsonb, timestamptz) TO codity_app, codity_worker;
 
--- By name, within a project (the default one when none is given), then the body.
+-- By name, within a project (the default one when none is given), then the body; then the
+-- wakeup, from this side (rule 10). EXISTS stops at the first due job, usually the first.
 CREATE OR REPLACE FUNCTION codity.enqueue_many(
     p_queue text,
     p_jobs jsonb,
@@ -170,13 +162,26 @@ RETURNS TABLE (
     run_at timestamptz,
     is_new boolean
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue record := codity._queue(p_queue, p_project_id);
+BEGIN
+    RETURN QUERY
     SELECT e.job_position, e.job_id, e.job_status, e.run_at, e.is_new
-    FROM codity.enqueue_many_in_queue((codity._queue(p_queue, p_project_id)).id, p_jobs, p_now) AS e;
+    FROM codity.enqueue_many_in_queue(v_queue.id, p_jobs, p_now) AS e;
+    -- The body has validated every job, so each run_at casts.
+    IF NOT v_queue.is_paused AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements(p_jobs) AS e(spec)
+        WHERE coalesce((e.spec ->> 'run_at')::timestamptz, p_now) <= p_now
+    ) THEN
+        PERFORM codity._notify(v_queue.id);
+    END IF;
+END;
 $$;
 
 COMMENT ON FUNCTION codity.enqueue_many(text, jsonb, bigint, timestamptz) IS
@@ -187,7 +192,8 @@ idempotency_key and max_attempts (default: the queue''s). Jobs due now start que
 ones scheduled. One row comes back per input position: is_new is false when an
 idempotency key matched an existing job, whose id is returned instead. Nothing is written
 when any object is invalid (CD010) or a payload exceeds 64 KB (CD011). Raises one
-codity_v1 NOTIFY for the queue when a job is due now. Resolves the name in the project
+codity_v1 NOTIFY for the queue when the batch holds a job due now (unless the queue is
+paused). Resolves the name in the project
 (the default project when p_project_id is NULL) and calls enqueue_many_in_queue(queue_id, ...).
 Raises CD001 (unknown queue), CD002 (unknown project).
 Example: SELECT * FROM codity.enqueue_many(''emails'', ''[{"task": "emails.send", "payload": {"to": "a@example.com"}}, {"task": "emails.send", "idempotency_key": "welcome-42"}]'');';

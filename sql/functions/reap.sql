@@ -15,6 +15,8 @@
 -- reap_in_queue(queue_id, ...), works on one queue and every statement filters on it; reap(),
 -- which tick calls, loops over the list of queues (read alone, not joined with the jobs)
 -- and calls the body for each.
+-- NOTIFY: reap() wakes each queue with requeued jobs, from the caller's side; the body does
+-- not, as Citus may run it on another node (rule 10).
 -- Callers: codity.tick (scheduler loop or pg_cron).
 
 CREATE OR REPLACE FUNCTION codity.reap_in_queue(
@@ -94,9 +96,6 @@ BEGIN
     SELECT r.job_id, p_queue_id, r.fence, 'requeued'::text
     FROM unnest(v_ids, v_fences) AS r(job_id, fence);
 
-    IF cardinality(v_ids) > 0 AND NOT v_queue.is_paused THEN
-        PERFORM codity._notify(p_queue_id);
-    END IF;
 
     -- At the crash cap: dead-letter, so a job that kills its worker cannot loop forever.
     FOR v_dead IN
@@ -130,8 +129,9 @@ COMMENT ON FUNCTION codity.reap_in_queue(bigint, timestamptz, integer) IS
 Each reaped execution is closed as reaped with attempt_refunded = true. A job reaped
 max_crashes times (a handler that kills its worker) is dead-lettered instead. Safe to run
 from several schedulers at once (SKIP LOCKED), and a job completed meanwhile is never
-requeued. Returns one row per job touched. Raises CD001 (no queue with this id), CD010
-(limit not positive).
+requeued. Returns one row per job touched. Raises no NOTIFY (the caller wakes the queue''s
+workers: pg_notify(''codity_v1'', queue_id::text)). Raises CD001 (no queue with this id),
+CD010 (limit not positive).
 Example: SELECT * FROM codity.reap_in_queue(3);';
 
 REVOKE ALL ON FUNCTION codity.reap_in_queue(bigint, timestamptz, integer) FROM PUBLIC;
@@ -150,14 +150,28 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue_id bigint;
+    v_queue record;
+    v_reaped record;
+    v_requeued boolean;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be positive, got %', p_limit USING ERRCODE = 'CD010';
     END IF;
-    FOR v_queue_id IN SELECT q.id FROM codity.queues q ORDER BY q.id LOOP
-        RETURN QUERY SELECT * FROM codity.reap_in_queue(v_queue_id, p_now, p_limit);
+    FOR v_queue IN SELECT q.id, q.is_paused FROM codity.queues q ORDER BY q.id LOOP
+        v_requeued := false;
+        FOR v_reaped IN SELECT * FROM codity.reap_in_queue(v_queue.id, p_now, p_limit) LOOP
+            job_id := v_reaped.job_id;
+            queue_id := v_reaped.queue_id;
+            fence := v_reaped.fence;
+            outcome := v_reaped.outcome;
+            RETURN NEXT;
+            v_requeued := v_requeued OR v_reaped.outcome = 'requeued';
+        END LOOP;
+        -- The wakeup from this side, not from the body (rule 10).
+        IF v_requeued AND NOT v_queue.is_paused THEN
+            PERFORM codity._notify(v_queue.id);
+        END IF;
     END LOOP;
 END;
 $$;
@@ -168,7 +182,8 @@ COMMENT ON FUNCTION codity.reap(timestamptz, integer) IS
 Each reaped execution is closed as reaped with attempt_refunded = true. A job reaped
 max_crashes times (a handler that kills its worker) is dead-lettered instead. Safe to run
 from several schedulers at once (SKIP LOCKED), and a job completed meanwhile is never
-requeued. Returns one row per job touched. Calls reap_in_queue(queue_id, ...) for every queue.
+requeued. Returns one row per job touched. Calls reap_in_queue(queue_id, ...) for every queue
+and raises one codity_v1 NOTIFY for each queue with requeued jobs that is not paused.
 Raises CD010 (limit not positive).
 Example: SELECT * FROM codity.reap();';
 
