@@ -79,6 +79,32 @@ def test_a_worker_that_named_no_queue_serves_its_project_and_no_other(
     assert untouched == [(f"emails-{a}",), (f"reports-{a}",)]
 
 
+def test_by_queue_id_a_worker_still_claims_only_in_its_project_and_registered_queues(
+    db_url: str, two_projects: tuple[int, int]
+) -> None:
+    """claim_in_queue takes any id; the worker row still decides. Another project's queue
+    reads as missing (its id is not confirmed to exist), an unregistered one is refused."""
+    a, b = two_projects
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        ids = dict(
+            admin.execute(
+                "SELECT q.project_id || '/' || q.name, q.id FROM codity.queues q"
+            ).fetchall()
+        )
+    with login_role(db_url, "codity_worker") as url, psycopg.connect(url, autocommit=True) as w:
+        (worker,) = w.execute(
+            "SELECT codity.register_worker('w', ARRAY['emails'], p_project_id => %s)", [a]
+        ).fetchone() or (0,)
+        claim = "SELECT task FROM codity.claim_in_queue(%s, %s, 10)"
+        with pytest.raises(psycopg.Error, match=f"queue {ids[f'{b}/emails']} does not exist") as e:
+            w.execute(claim, [ids[f"{b}/emails"], worker])
+        assert e.value.sqlstate == "CD001"
+        with pytest.raises(psycopg.Error, match='may not claim from queue "reports"') as e:
+            w.execute(claim, [ids[f"{a}/reports"], worker])
+        assert e.value.sqlstate == "CD023"
+        assert w.execute(claim, [ids[f"{a}/emails"], worker]).fetchall() == [(f"emails-{a}",)]
+
+
 def test_the_worker_maps_a_wake_up_to_its_queue_without_reading_a_table(
     db_url: str, two_projects: tuple[int, int]
 ) -> None:
