@@ -86,7 +86,7 @@ def test_by_queue_id_a_worker_still_claims_only_in_its_project_and_registered_qu
     reads as missing (its id is not confirmed to exist), an unregistered one is refused."""
     a, b = two_projects
     with psycopg.connect(db_url, autocommit=True) as admin:
-        ids = dict(
+        ids: dict[str, int] = dict(
             admin.execute(
                 "SELECT q.project_id || '/' || q.name, q.id FROM codity.queues q"
             ).fetchall()

@@ -38,11 +38,14 @@ BEGIN
         WHERE w.status = 'active' AND w.last_heartbeat_at < p_now - p_stale_after
         RETURNING w.id, w.name, w.last_heartbeat_at, w.project_id
     LOOP
-        -- Queue by queue of the worker's project: a statement that writes job rows stays on
-        -- one queue (DESIGN.md, "Room to scale out", rule 6).
+        -- Queue by queue of the jobs it held, listed by a read first: a statement that writes
+        -- job rows stays on one queue (DESIGN.md, "Room to scale out", rule 6), and a project
+        -- with many queues costs one update per queue the worker actually used.
         v_expired := 0;
         FOR v_queue_id IN
-            SELECT q.id FROM codity.queues q WHERE q.project_id = v_worker.project_id ORDER BY q.id
+            SELECT DISTINCT j.queue_id FROM codity.jobs j
+            WHERE j.worker_id = v_worker.id AND j.status IN ('claimed', 'running')
+            ORDER BY j.queue_id
         LOOP
             UPDATE codity.jobs j
             SET lock_expires_at = LEAST(j.lock_expires_at, p_now), updated_at = p_now
