@@ -24,6 +24,26 @@ from tests.sqlapi import NO_BACKOFF, create_queue, one, row
 Conn = psycopg.Connection[TupleRow]
 
 
+def _count_calls_from_new_sessions(conn: Conn) -> None:
+    """track_functions = 'all' for sessions that connect from now on ('pl' would miss the
+    wrappers by name and job id, which are SQL functions)."""
+    conn.execute(
+        psycopg.sql.SQL("ALTER DATABASE {} SET track_functions = 'all'").format(
+            psycopg.sql.Identifier(str(one(conn, "SELECT current_database()")))
+        )
+    )
+
+
+def _calls(conn: Conn) -> dict[str, int]:
+    """Calls per codity function counted so far by sessions that have ended."""
+    conn.execute("SELECT pg_catalog.pg_stat_clear_snapshot()")
+    rows = conn.execute(
+        "SELECT f.funcname, sum(f.calls)::bigint FROM pg_catalog.pg_stat_user_functions f"
+        " WHERE f.schemaname = 'codity' GROUP BY 1"
+    ).fetchall()
+    return {name: int(calls) for name, calls in rows}
+
+
 def _two_queues_with_running_jobs(conn: Conn) -> tuple[int, dict[str, int], list[tuple[int, int]]]:
     """Queues a and b, a worker for both, and two running jobs in each: (worker, queue ids,
     [(job, fence)] as a1, a2, b1, b2)."""
@@ -96,14 +116,9 @@ def test_a_body_does_not_see_a_job_of_another_queue(conn: Conn) -> None:
 def test_the_worker_calls_the_bodies_by_queue_id_and_never_the_wrappers(
     db_url: str, conn: Conn
 ) -> None:
-    """Counted by PostgreSQL itself (track_functions = 'all': the wrappers by name
-    or job id are SQL functions) while a real worker serves two queues:
+    """Counted by PostgreSQL itself (track_functions) while a real worker serves two queues:
     claims, completions and failures all go through the bodies."""
-    conn.execute(
-        psycopg.sql.SQL("ALTER DATABASE {} SET track_functions = 'all'").format(
-            psycopg.sql.Identifier(str(one(conn, "SELECT current_database()")))
-        )
-    )
+    _count_calls_from_new_sessions(conn)
     for name in ("a", "b"):
         create_queue(conn, name, max_attempts=1, **NO_BACKOFF)
         conn.execute(
@@ -134,13 +149,7 @@ def test_the_worker_calls_the_bodies_by_queue_id_and_never_the_wrappers(
     asyncio.run(serve())
 
     # The worker's sessions have ended, so their counts are flushed.
-    conn.execute("SELECT pg_catalog.pg_stat_clear_snapshot()")
-    calls: dict[str, Any] = dict(
-        conn.execute(
-            "SELECT f.funcname, sum(f.calls) FROM pg_catalog.pg_stat_user_functions f"
-            " WHERE f.schemaname = 'codity' GROUP BY 1"
-        ).fetchall()
-    )
+    calls = _calls(conn)
     for body in ("claim_in_queue", "complete_many_in_queue", "fail_in_queue"):
         assert calls.get(body, 0) > 0, (body, calls)
     for wrapper in ("claim", "complete_many", "complete", "fail", "start_many", "start"):
@@ -183,11 +192,7 @@ def test_untyped_parameters_still_pick_the_functions_callers_always_used(conn: C
 def test_reap_visits_only_the_queues_with_an_expired_lease(conn: Conn) -> None:
     """tick runs reap() every second: visiting every queue cost 40 ms per tick with 500
     queues (measured); it lists the queues with an expired lease first. Counted calls."""
-    conn.execute(
-        psycopg.sql.SQL("ALTER DATABASE {} SET track_functions = 'all'").format(
-            psycopg.sql.Identifier(str(one(conn, "SELECT current_database()")))
-        )
-    )
+    _count_calls_from_new_sessions(conn)
     ids = [create_queue(conn, f"q{n}") for n in range(30)]
     worker = int(one(conn, "SELECT codity.register_worker('w', p_now => now())"))
     conn.execute('SELECT codity.enqueue_many_in_queue(%s, \'[{"task": "t"}]\')', [ids[7]])
@@ -197,10 +202,4 @@ def test_reap_visits_only_the_queues_with_an_expired_lease(conn: Conn) -> None:
             "SELECT queue_id, outcome FROM codity.reap(p_now => now() + interval '1 hour')"
         ).fetchall()
     assert reaped == [(ids[7], "requeued")]
-    conn.execute("SELECT pg_catalog.pg_stat_clear_snapshot()")
-    calls = one(
-        conn,
-        "SELECT coalesce(sum(f.calls), 0) FROM pg_catalog.pg_stat_user_functions f"
-        " WHERE f.schemaname = 'codity' AND f.funcname = 'reap_in_queue'",
-    )
-    assert calls == 1
+    assert _calls(conn).get("reap_in_queue") == 1

@@ -162,15 +162,24 @@ _INSERT_IN_CTE = re.compile(
 )
 
 
+def _code(conn: Conn, names: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
+    """(signature, body with its -- comments left out) of codity's functions, or of those
+    named."""
+    rows = _rows(
+        conn,
+        "SELECT p.oid::regprocedure::text, p.prosrc FROM pg_catalog.pg_proc p"
+        " WHERE p.pronamespace = 'codity'::regnamespace"
+        "   AND (%(names)s::text[] IS NULL OR p.proname = ANY (%(names)s::text[]))"
+        " ORDER BY 1",
+        {"names": None if names is None else list(names)},
+    )
+    return [(function, re.sub(r"--[^\n]*", "", source)) for function, source in rows]
+
+
 def cte_insert_violations(conn: Conn) -> list[str]:
     """Function bodies with an INSERT into a job table inside a WITH (comments left out)."""
     problems = []
-    for function, source in _rows(
-        conn,
-        "SELECT p.oid::regprocedure::text, p.prosrc FROM pg_catalog.pg_proc p"
-        " WHERE p.pronamespace = 'codity'::regnamespace ORDER BY 1",
-    ):
-        code = re.sub(r"--[^\n]*", "", source)
+    for function, code in _code(conn):
         for table in _INSERT_IN_CTE.findall(code):
             if table in JOB_TABLES:
                 problems.append(f"{function} inserts into {table} inside a CTE")
@@ -224,13 +233,7 @@ def unfiltered_statement_violations(conn: Conn) -> list[str]:
     """Statements of the hot bodies and their helpers that read or write a job table
     without naming the queue (alias.queue_id = ...)."""
     problems = []
-    for function, source in _rows(
-        conn,
-        "SELECT p.oid::regprocedure::text, p.prosrc FROM pg_catalog.pg_proc p"
-        " WHERE p.pronamespace = 'codity'::regnamespace AND p.proname = ANY (%s) ORDER BY 1",
-        [list(HOT_BODIES + HOT_HELPERS)],
-    ):
-        code = re.sub(r"--[^\n]*", "", source)
+    for function, code in _code(conn, HOT_BODIES + HOT_HELPERS):
         for statement in code.split(";"):
             for verb, table, alias in _JOB_TABLE_USE.findall(statement):
                 if not re.search(rf"\b{alias}\.queue_id\s*=", statement):
@@ -251,14 +254,8 @@ def notify_violations(conn: Conn) -> list[str]:
     that holds its queue, whose listeners are not the workers' (rule 10)."""
     return [
         f"{function} raises a NOTIFY"
-        for function, source in _rows(
-            conn,
-            "SELECT p.oid::regprocedure::text, p.prosrc FROM pg_catalog.pg_proc p"
-            " WHERE p.pronamespace = 'codity'::regnamespace AND p.proname = ANY (%s)"
-            " ORDER BY 1",
-            [list(HOT_BODIES + HOT_HELPERS)],
-        )
-        if _NOTIFY.search(re.sub(r"--[^\n]*", "", source))
+        for function, code in _code(conn, HOT_BODIES + HOT_HELPERS)
+        if _NOTIFY.search(code)
     ]
 
 
