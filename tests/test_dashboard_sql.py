@@ -178,6 +178,63 @@ def test_payload_ids_stay_in_the_project_and_in_the_transactions_tenant(tx: Conn
     assert refused.value.sqlstate == "CD010"
 
 
+def test_the_payload_filter_finds_jobs_in_every_state_held_ones_included(tx: Conn) -> None:
+    """jobs_payload_idx leaves out the jobs workers hold (migration 0017), so
+    jobs_with_payload reads those beside it: a claimed or running job is found too."""
+    create_queue(tx, "emails")
+    marker = Jsonb({"order": {"id": 7}})
+    now = one(tx, "SELECT now()")
+
+    def job(run_at: Any = None) -> int:
+        query = "SELECT job_id FROM codity.enqueue('emails', 't', %s, p_run_at => %s)"
+        return int(one(tx, query, [marker, run_at]))
+
+    completed, running, claimed, queued = job(), job(), job(), job()
+    scheduled = job(now + dt.timedelta(hours=1))
+    one(tx, "SELECT job_id FROM codity.enqueue('emails', 't', '{\"order\": {\"id\": 8}}')")
+    (worker,) = row(tx, "SELECT codity.register_worker('w', ARRAY['emails'])")
+    claim = "SELECT job_id, fence FROM codity.claim(%s, 'emails', 1, p_start => %s)"
+    done, fence = row(tx, claim, [worker, True])
+    assert done == completed
+    tx.execute("SELECT * FROM codity.complete(%s, %s)", [done, fence])
+    assert row(tx, claim, [worker, True])[0] == running
+    assert row(tx, claim, [worker, False])[0] == claimed
+    states = dict(
+        tx.execute(
+            "SELECT id, status::text FROM codity.jobs WHERE payload @> %s", [marker]
+        ).fetchall()
+    )
+    assert states == {completed: "completed", running: "running", claimed: "claimed",
+                      queued: "queued", scheduled: "scheduled"}  # fmt: skip
+
+    found = tx.execute("SELECT id FROM codity.jobs_with_payload(%s) AS id", [marker]).fetchall()
+    assert [r[0] for r in found] == sorted(states, reverse=True), "every state, newest first"
+
+
+def test_the_payload_filter_reads_its_index_for_the_jobs_no_worker_holds(tx: Conn) -> None:
+    """The function's own statement, as auto_explain sends it back: its branch for the jobs
+    no worker holds must imply the index's predicate, or no plan could use the index (with
+    sequential scans off, the planner would still fall back to one)."""
+    create_queue(tx, "emails")
+    for n in range(50):
+        one(tx, "SELECT job_id FROM codity.enqueue('emails', 't', %s)", [Jsonb({"n": n})])
+    tx.execute("ANALYZE codity.jobs")
+    tx.execute("LOAD 'auto_explain'")
+    settings = {
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_nested_statements": "on",
+        "auto_explain.log_level": "notice",
+        "enable_seqscan": "off",
+    }
+    for name, value in settings.items():
+        tx.execute("SELECT set_config(%s, %s, true)", [name, value])
+    plans: list[str] = []
+    tx.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    assert one(tx, "SELECT count(*) FROM codity.jobs_with_payload('{\"n\": 3}')") == 1
+    (plan,) = [p for p in plans if "UNION ALL" in p]
+    assert "Bitmap Index Scan on jobs_payload_idx" in plan, plan
+
+
 def test_depths_of_one_queue_count_that_queue_only(tx: Conn) -> None:
     create_queue(tx, "emails")
     create_queue(tx, "reports")

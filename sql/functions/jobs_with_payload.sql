@@ -4,8 +4,9 @@
 -- security, and jsonb containment (@>) is not LEAKPROOF, so PostgreSQL may not check it
 -- before the policy and never uses an index for it: a payload filter read every job of the
 -- project (4.4 s per jobs page at a million). Run as the owner, the policy does not apply
--- and the GIN index jobs_payload_idx answers; the project filter is written out here
--- instead, and while a transaction acts for a project (codity.project_id, what the policy
+-- and the GIN index jobs_payload_idx answers (for the jobs no worker holds; the held ones,
+-- which the index leaves out, are read through their own partial indexes); the project
+-- filter is written out here instead, and while a transaction acts for a project (codity.project_id, what the policy
 -- keys on) no other project's job is returned either. The caller narrows further with
 -- j.id = ANY(...), which is leakproof and an index condition.
 --
@@ -34,14 +35,28 @@ BEGIN
         RAISE EXCEPTION 'the limit must be between 1 and 1000000, got %', p_limit
             USING ERRCODE = 'CD010';
     END IF;
+    -- The index leaves out held jobs (migration 0017), so they are read beside it: their
+    -- predicate is that of jobs_lease_idx and jobs_worker_idx, a worker's capacity at most.
     RETURN QUERY
-    SELECT j.id
-    FROM codity.jobs j
-    JOIN codity.queues q ON q.id = j.queue_id
-    WHERE q.project_id = v_project_id
-      AND (codity.current_project_id() IS NULL OR q.project_id = codity.current_project_id())
-      AND j.payload @> p_payload
-    ORDER BY j.id DESC
+    SELECT f.id
+    FROM (
+        SELECT j.id
+        FROM codity.jobs j
+        JOIN codity.queues q ON q.id = j.queue_id
+        WHERE q.project_id = v_project_id
+          AND (codity.current_project_id() IS NULL OR q.project_id = codity.current_project_id())
+          AND j.status NOT IN ('claimed', 'running')
+          AND j.payload @> p_payload
+        UNION ALL
+        SELECT j.id
+        FROM codity.jobs j
+        JOIN codity.queues q ON q.id = j.queue_id
+        WHERE q.project_id = v_project_id
+          AND (codity.current_project_id() IS NULL OR q.project_id = codity.current_project_id())
+          AND j.status IN ('claimed', 'running')
+          AND j.payload @> p_payload
+    ) AS f
+    ORDER BY f.id DESC
     LIMIT p_limit;
 END;
 $$;
