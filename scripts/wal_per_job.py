@@ -1,14 +1,18 @@
-"""WAL written per job by the worker's statements, and where it goes.
+"""WAL written and server CPU spent per job by the worker's statements, and where the WAL goes.
 
     ./codity db start
-    .venv/bin/python scripts/wal_per_job.py postgresql://postgres@127.0.0.1:55432/postgres
+    .venv/bin/python scripts/wal_per_job.py postgresql://postgres@127.0.0.1:55432/postgres \
+        [jobs] [batch] [runs]
 
-Each variant gets a scratch database (migrated, then the variant's indexes dropped), 20,000
-jobs with a one-key payload enqueued in batches of 1,000 and VACUUMed, then driven by one
-connection through the worker's own two statements (codity.worker.claim.CLAIM_AND_START,
-codity.worker.reporter.COMPLETE_MANY) in batches of 100 — a worker's writes, without a
-worker. WAL per job is the insert position's advance over the drive divided by the jobs;
-three runs per variant, the median printed.
+Each variant gets a scratch database (migrated, then the variant's changes made), ``jobs``
+jobs (20,000 by default) with a one-key payload enqueued in batches of 1,000 and VACUUMed,
+then driven by one connection through the worker's own two statements
+(codity.worker.claim.CLAIM_AND_START, codity.worker.reporter.COMPLETE_MANY) in batches of
+``batch`` (100 by default) — a worker's writes, without a worker. WAL per job is the insert
+position's advance over the drive divided by the jobs; CPU per job is that of the one
+backend over the drive, from /proc (shown when the server runs on this machine, as the
+embedded one does). ``runs`` rounds (3 by default), each variant once per round, in turn;
+the medians printed.
 
 Then, for the schema as migrated, where the bytes go (pg_walinspect, in the scratch
 database): per resource manager (heap rows, B-tree and GIN entries, commits, full-page
@@ -18,7 +22,10 @@ Issue 12 weighs these (docs/PERFORMANCE.md).
 
 from __future__ import annotations
 
+import os
+import statistics
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,11 +34,17 @@ from codity.explain import scratch_database
 from codity.worker.claim import CLAIM_AND_START
 from codity.worker.reporter import COMPLETE_MANY
 
-JOBS = 20_000
-BATCH = 100
+JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
+BATCH = int(sys.argv[3]) if len(sys.argv) > 3 else 100
+RUNS = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+_FULL_GIN = ("CREATE INDEX jobs_payload_idx ON codity.jobs"
+             " USING gin (payload jsonb_path_ops) WITH (fastupdate = off)")  # fmt: skip
 VARIANTS: list[tuple[str, list[str]]] = [
     ("as migrated", []),
     ("without jobs_payload_idx (GIN)", ["DROP INDEX codity.jobs_payload_idx"]),
+    ("GIN on held jobs too (before 0017)", ["DROP INDEX codity.jobs_payload_idx", _FULL_GIN]),
+    ("without the executions' foreign key",
+     ["ALTER TABLE codity.job_executions DROP CONSTRAINT job_executions_job_fkey"]),
     ("jobs at fillfactor 100 (before 0013)", ["ALTER TABLE codity.jobs SET (fillfactor = 100)"]),
     ("GIN with its pending list (before 0013)",
      ["ALTER INDEX codity.jobs_payload_idx SET (fastupdate = on)"]),
@@ -57,8 +70,19 @@ ORDER BY sum(b.block_data_length) + sum(b.block_fpi_length) DESC
 """
 
 
-def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str]:
-    """Enqueue and drain JOBS jobs; the WAL insert positions before and after the drain."""
+def _backend_cpu_s(c: psycopg.Connection[Any]) -> float | None:
+    """The CPU time of this connection's backend so far, if it runs on this machine."""
+    pid = (c.execute("SELECT pg_backend_pid()").fetchone() or (0,))[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str, float | None]:
+    """Enqueue and drain JOBS jobs; the WAL insert positions before and after the drain, and
+    the backend's CPU seconds over it."""
     for change in changes:
         c.execute(change.encode())
     c.execute("SELECT * FROM codity.create_queue('q')")
@@ -73,6 +97,7 @@ def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str]:
     row = c.execute("SELECT codity.register_worker('probe', ARRAY['q'], %s)", [BATCH])
     worker = (row.fetchone() or (0,))[0]
     start = str((c.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or ("0/0",))[0])
+    cpu_before = _backend_cpu_s(c)
     done = 0
     qid = c.execute("SELECT queue_id FROM codity.worker_queues(%s)", [worker]).fetchall()[0][0]
     claim = {"worker": worker, "queue_id": qid, "limit": BATCH, "suspects": True}
@@ -87,16 +112,21 @@ def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str]:
         done += len(ids)
     if done != JOBS:
         raise RuntimeError(f"drove {done} of {JOBS} jobs")
+    cpu_after = _backend_cpu_s(c)
     end = str((c.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or ("0/0",))[0])
-    return start, end
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return start, end, cpu
 
 
-def wal_per_job(server_url: str, changes: list[str], *, explain: bool = False) -> float:
+def wal_per_job(
+    server_url: str, changes: list[str], *, explain: bool = False
+) -> tuple[float, float | None]:
+    """WAL bytes and backend CPU microseconds (None: not on this machine) per job."""
     with (
         scratch_database(server_url, "walprobe") as url,
         psycopg.connect(url, autocommit=True) as c,
     ):
-        start, end = _drive(c, changes)
+        start, end, cpu = _drive(c, changes)
         wal = c.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", [end, start])
         per_job = float((wal.fetchone() or (0,))[0]) / JOBS
         if explain:
@@ -109,14 +139,21 @@ def wal_per_job(server_url: str, changes: list[str], *, explain: bool = False) -
             print("by relation (block data + full-page images, B per job):")
             for relation, data, fpi in c.execute(_BY_RELATION, lsns).fetchall():
                 print(f"  {relation:40s} {data / JOBS:6.0f} + {fpi / JOBS:5.0f}")
-        return per_job
+        return per_job, None if cpu is None else cpu / JOBS * 1e6
 
 
 def main(server_url: str) -> None:
-    for label, changes in VARIANTS:
-        runs = sorted(wal_per_job(server_url, changes) for _ in range(3))
-        shown = ", ".join(f"{r:.0f}" for r in runs)
-        print(f"{label:40s} {runs[1]:6.0f} B/job  (runs {shown})", flush=True)
+    print(f"{JOBS:,} jobs, claims and completion batches of {BATCH}, {RUNS} rounds", flush=True)
+    found: dict[str, list[tuple[float, float | None]]] = {label: [] for label, _ in VARIANTS}
+    for _ in range(RUNS):
+        for label, changes in VARIANTS:
+            found[label].append(wal_per_job(server_url, changes))
+    for label, runs in found.items():
+        wal = sorted(w for w, _ in runs)
+        cpus = [c for _, c in runs if c is not None]
+        cpu = f"{statistics.median(cpus):6.1f} µs/job" if len(cpus) == len(runs) else "CPU n/a"
+        shown = ", ".join(f"{w:.0f}" for w in wal)
+        print(f"{label:40s} {statistics.median(wal):6.0f} B/job  {cpu}  (WAL runs {shown})")
     wal_per_job(server_url, [], explain=True)
 
 
