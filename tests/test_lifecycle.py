@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow, dict_row
 from psycopg.types.json import Jsonb
 
 from codity.db.errors import IllegalTransition, translate
-from tests.sqlapi import create_queue, one, row
+from tests.sqlapi import create_queue, make_project, one, row
 
 Conn = psycopg.Connection[TupleRow]
 
@@ -468,6 +468,38 @@ def test_non_retryable_failure_dead_letters_at_once(api: Api) -> None:
     assert dead["reason"] == "failed: not retryable"
     assert dead["attempts"] == 1
     assert dead["payload"] == {"kind": "running"}
+
+
+def test_deleting_a_queue_or_a_project_deletes_its_executions_and_a_job_row_alone_does_not(
+    api: Api,
+) -> None:
+    """An execution row references its queue (queue_id, project_id) ON DELETE CASCADE, not
+    its job (migration 0018): the queue's and the project's deletions take the attempts'
+    history with them; a job row deleted by hand leaves its own."""
+    _, project = make_project(api.conn, "history")
+    executions = "SELECT count(*) FROM codity.job_executions WHERE queue_id = %s"
+    queues = {}
+    for name, owner in (("kept", None), ("dropped", None), ("elsewhere", project)):
+        queues[name] = int(
+            api.value("SELECT queue_id FROM codity.create_queue(%s, %s)", [name, owner])
+        )
+        worker = int(api.value("SELECT codity.register_worker(%s, ARRAY[%s], p_project_id => %s)",
+                               [f"w-{name}", name, owner]))  # fmt: skip
+        for _ in range(2):
+            job = api.value("SELECT job_id FROM codity.enqueue(%s, 't', p_project_id => %s)",
+                            [name, owner])  # fmt: skip
+            claimed = api.row("SELECT job_id, fence FROM codity.claim(%s, %s, 1, p_start => true)",
+                              [worker, name])  # fmt: skip
+            assert claimed[0] == job
+            api.value("SELECT accepted FROM codity.complete(%s, %s)", list(claimed))
+        assert api.value(executions, [queues[name]]) == 2
+
+    api.conn.execute("DELETE FROM codity.jobs WHERE queue_id = %s", [queues["kept"]])
+    assert api.value(executions, [queues["kept"]]) == 2, "a job row alone: its history stays"
+    assert api.value("SELECT codity.delete_queue('dropped')") == queues["dropped"]
+    assert api.value(executions, [queues["dropped"]]) == 0
+    api.conn.execute("DELETE FROM codity.projects WHERE id = %s", [project])
+    assert api.value(executions, [queues["elsewhere"]]) == 0
 
 
 def test_dead_letter_survives_its_jobs_deletion_and_replay_recreates_the_job(api: Api) -> None:

@@ -142,10 +142,12 @@ def test_throughput_reads_closed_minutes_from_the_rollup_and_counts_only_the_res
     gone += finish(conn, tenant, "emails", half_hour_ago + dt.timedelta(seconds=20), fail=True)
     finish(conn, tenant, "emails", twenty_ago + dt.timedelta(seconds=5))
     assert one(conn, "SELECT codity.roll_up()") == 60
-    # Break it first: these jobs (and their executions) are gone; only the rollup remembers
-    # their minute. An overview that ignored the rollup and counted every minute live from
-    # job_executions would read 0 there, and this test fails.
+    # Break it first: these jobs and their executions are gone (an execution row references
+    # its queue, not its job, since migration 0018); only the rollup remembers their minute.
+    # An overview that ignored the rollup and counted every minute live from job_executions
+    # would read 0 there, and this test fails.
     conn.execute("DELETE FROM codity.jobs WHERE id = ANY(%s)", [gone])
+    conn.execute("DELETE FROM codity.job_executions WHERE job_id = ANY(%s)", [gone])
     finish(conn, tenant, "emails", n=3)  # now: after rolled_until, counted live
     live_minute = one(
         conn,
