@@ -6,9 +6,10 @@
 -- project (4.4 s per jobs page at a million). Run as the owner, the policy does not apply
 -- and the GIN index jobs_payload_idx answers (for the jobs no worker holds; the held ones,
 -- which the index leaves out, are read through their own partial indexes); the project
--- filter is written out here instead, and while a transaction acts for a project (codity.project_id, what the policy
--- keys on) no other project's job is returned either. The caller narrows further with
--- j.id = ANY(...), which is leakproof and an index condition.
+-- filter is written out here instead, and while a transaction acts for a project
+-- (codity.project_id, what the policy keys on) no other project's job is returned either.
+-- The caller narrows further with j.id = ANY(...), which is leakproof and an index
+-- condition.
 --
 -- Bounded: at most p_limit ids (100,000 by default), newest first. A filter matching more
 -- considers only the newest p_limit of them. Reads; locks nothing.
