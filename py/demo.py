@@ -46,10 +46,13 @@ QUEUES = (
 
 
 def _reset(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(
-        "DELETE FROM codity.queues "
-        "WHERE project_id = (SELECT id FROM codity.projects WHERE is_default)"
+    default_queues = (
+        "SELECT q.id FROM codity.queues q JOIN codity.projects p ON p.id = q.project_id"
+        " WHERE p.is_default"
     )
+    # Execution rows carry no foreign key (migration 0019): no cascade takes them.
+    conn.execute(f"DELETE FROM codity.job_executions WHERE queue_id IN ({default_queues})")
+    conn.execute(f"DELETE FROM codity.queues WHERE id IN ({default_queues})")
     # Worker ids on jobs and executions are not foreign keys (migration 0014): a reset that
     # removes workers clears what referred to them first.
     gone = "(SELECT id FROM codity.workers WHERE status <> 'active')"

@@ -43,10 +43,10 @@ VARIANTS: list[tuple[str, list[str]]] = [
     ("as migrated", []),
     ("without jobs_payload_idx (GIN)", ["DROP INDEX codity.jobs_payload_idx"]),
     ("GIN on held jobs too (before 0017)", ["DROP INDEX codity.jobs_payload_idx", _FULL_GIN]),
-    ("without the executions' foreign key",
-     ["ALTER TABLE codity.job_executions DROP CONSTRAINT job_executions_queue_fkey"]),
+    ("executions referencing their queue (0018)", [
+        "ALTER TABLE codity.job_executions ADD CONSTRAINT job_executions_queue_fkey FOREIGN KEY"
+        " (queue_id, project_id) REFERENCES codity.queues (id, project_id) ON DELETE CASCADE"]),
     ("executions referencing jobs (before 0018)", [
-        "ALTER TABLE codity.job_executions DROP CONSTRAINT job_executions_queue_fkey",
         "ALTER TABLE codity.job_executions ADD CONSTRAINT job_executions_job_fkey FOREIGN KEY"
         " (queue_id, job_id) REFERENCES codity.jobs (queue_id, id) ON DELETE CASCADE"]),
     ("jobs at fillfactor 100 (before 0013)", ["ALTER TABLE codity.jobs SET (fillfactor = 100)"]),

@@ -59,7 +59,16 @@ def set_up(conn: psycopg.Connection[Any]) -> Env:
         conn.execute("SELECT codity.fail(%s, %s, 'boom')", list(claimed))
     conn.execute("SELECT codity.deregister_worker(%s)", [worker[0]])
     dead = conn.execute("SELECT id, job_id FROM codity.dead_letters ORDER BY id").fetchall()
-    return {"dead_letters": [d[0] for d in dead], "dead_jobs": [d[1] for d in dead]}
+    doomed = conn.execute(
+        "INSERT INTO codity.projects (org_id, slug, name)"
+        " SELECT org_id, 'doomed', 'Doomed' FROM codity.projects WHERE is_default RETURNING id"
+    ).fetchone()
+    assert doomed is not None
+    return {
+        "dead_letters": [d[0] for d in dead],
+        "dead_jobs": [d[1] for d in dead],
+        "doomed_project": doomed[0],
+    }
 
 
 def _claimed(env: Env, i: int) -> tuple[int, int]:
@@ -315,6 +324,11 @@ _APP = (
     Call("configure", "SELECT * FROM codity.configure(interval '20 seconds')"),
     Call("delete_schedule", "SELECT codity.delete_schedule('hourly')"),
     Call("delete_queue", "SELECT codity.delete_queue('webhooks', p_force => true)"),
+    Call(
+        "delete_project",
+        "SELECT codity.delete_project(%(project)s)",
+        lambda env: {"project": env["doomed_project"]},
+    ),
     Call("current_project_id", "SELECT codity.current_project_id()"),
     Call("current_org_id", "SELECT codity.current_org_id()"),
 )

@@ -182,6 +182,20 @@ CASES = [
         NotFound,
         ("project 987654",),
     ),
+    Case(
+        "delete-unknown-project",
+        "SELECT codity.delete_project(987654)",
+        "CD002",
+        NotFound,
+        ("project 987654",),
+    ),
+    Case(
+        "delete-the-default-project",
+        "SELECT codity.delete_project((SELECT id FROM codity.projects WHERE is_default))",
+        "CD021",
+        Conflict,
+        ("default project",),
+    ),
     # The bodies that take the queue's id (DESIGN.md, "Room to scale out", rule 1)
     Case(
         "claim-in-unknown-queue-id",

@@ -125,6 +125,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
     "timestamp with time zone)",
+    "codity.delete_project(bigint)",
     "codity.delete_queue(text,bigint,boolean)",
     "codity.delete_schedule(text,bigint)",
     "codity.deregister_worker(bigint,timestamp with time zone)",

@@ -473,9 +473,9 @@ def test_non_retryable_failure_dead_letters_at_once(api: Api) -> None:
 def test_deleting_a_queue_or_a_project_deletes_its_executions_and_a_job_row_alone_does_not(
     api: Api,
 ) -> None:
-    """An execution row references its queue (queue_id, project_id) ON DELETE CASCADE, not
-    its job (migration 0018): the queue's and the project's deletions take the attempts'
-    history with them; a job row deleted by hand leaves its own."""
+    """An execution row carries no foreign key (migrations 0018, 0019): delete_queue and
+    delete_project delete the executions of the queues they delete; a job row deleted by
+    hand leaves its own."""
     _, project = make_project(api.conn, "history")
     executions = "SELECT count(*) FROM codity.job_executions WHERE queue_id = %s"
     queues = {}
@@ -498,8 +498,9 @@ def test_deleting_a_queue_or_a_project_deletes_its_executions_and_a_job_row_alon
     assert api.value(executions, [queues["kept"]]) == 2, "a job row alone: its history stays"
     assert api.value("SELECT codity.delete_queue('dropped')") == queues["dropped"]
     assert api.value(executions, [queues["dropped"]]) == 0
-    api.conn.execute("DELETE FROM codity.projects WHERE id = %s", [project])
+    assert api.value("SELECT codity.delete_project(%s)", [project]) == project
     assert api.value(executions, [queues["elsewhere"]]) == 0
+    assert api.value("SELECT count(*) FROM codity.queues WHERE project_id = %s", [project]) == 0
 
 
 def test_dead_letter_survives_its_jobs_deletion_and_replay_recreates_the_job(api: Api) -> None:

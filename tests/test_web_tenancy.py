@@ -172,7 +172,17 @@ def test_project_delete_refuses_the_acting_and_the_default_project(
     conn.execute("SELECT codity.create_queue('q', %s)", [doomed[0]])
     doomed_key = api_key(conn, Tenant(default_org, doomed[0], "default"), Role.VIEWER)
     conn.execute("SELECT codity.enqueue('q', 't', p_project_id => %s)", [doomed[0]])
-    conn.execute("SELECT codity.register_worker('w', ARRAY['q'], 1, 'h', 1, %s)", [doomed[0]])
+    worker = conn.execute(
+        "SELECT codity.register_worker('w', ARRAY['q'], 1, 'h', 1, %s)", [doomed[0]]
+    ).fetchone()
+    assert worker is not None
+    # One finished attempt: an execution row, which no foreign key ties to the project
+    # (migration 0019), so the deletion must take it explicitly.
+    claimed = conn.execute(
+        "SELECT job_id, fence FROM codity.claim(%s, 'q', 1, p_start => true)", [worker[0]]
+    ).fetchone()
+    assert claimed is not None
+    conn.execute("SELECT * FROM codity.complete(%s, %s)", list(claimed))
     conn.execute(
         "SELECT codity.create_schedule('s', 'q', '0 2 * * *', 't', '{}', 'UTC', 0, %s)",
         [doomed[0]],
@@ -189,7 +199,7 @@ def test_project_delete_refuses_the_acting_and_the_default_project(
         after = client.get(f"/api/v1/projects/{doomed[0]}", headers=owner.headers)
         assert after.status_code == 404
         assert client.get("/api/v1/queues", headers=bearer(doomed_key)).status_code == 401
-    for table in ("queues", "workers", "scheduled_jobs", "api_keys"):
+    for table in ("queues", "jobs", "job_executions", "workers", "scheduled_jobs", "api_keys"):
         count = conn.execute(
             f"SELECT count(*) FROM codity.{table} WHERE project_id = %s", [doomed[0]]
         ).fetchone()

@@ -4,7 +4,9 @@
 -- unfinished jobs (scheduled, queued, claimed, running) unless p_force; even forced, it is
 -- refused while a worker holds one of its jobs (claimed, running), because that worker
 -- would report on a job that no longer exists. Locks the queue row, then its held jobs
--- FOR SHARE so a claim cannot slip in between the check and the delete.
+-- FOR SHARE so a claim cannot slip in between the check and the delete. The queue's
+-- deletion cascades to its jobs, dead letters, minutes and schedules; its executions,
+-- which carry no foreign key (migration 0019), are deleted explicitly.
 -- Callers: operators, the web API.
 
 CREATE OR REPLACE FUNCTION codity.delete_queue(
@@ -40,6 +42,9 @@ BEGIN
                   HINT = 'Cancel them first, or pass p_force => true to delete them with the queue.';
     END IF;
     DELETE FROM codity.queues q WHERE q.id = v_queue.id;
+    -- Executions reference nothing (migration 0019), so they go here, after the jobs: an
+    -- attempt's end that waited on one of them now finds its job gone and writes no row.
+    DELETE FROM codity.job_executions x WHERE x.queue_id = v_queue.id;
     RETURN v_queue.id;
 END;
 $$;

@@ -124,7 +124,7 @@ async def update_project(call: Call[ProjectUpdate, None]) -> dict[str, Any]:
 
 
 async def delete_project(call: Call[None, None]) -> None:
-    """Deletes the project and, by cascade, its queues, jobs, schedules, workers and keys.
+    """Deletes the project and its queues, jobs, executions, schedules, workers and keys.
 
     Refused for the project this credential acts in (the caller would saw off the branch
     it sits on) and for the installation's default project (functions fall back to it)."""
@@ -137,9 +137,9 @@ async def delete_project(call: Call[None, None]) -> None:
         )
     if project["is_default"]:
         raise ApiError(409, "conflict", "the installation's default project cannot be deleted")
-    await call.conn.execute(
-        "DELETE FROM codity.projects WHERE org_id = %s AND id = %s", [call.org_id, project["id"]]
-    )
+    # Through the function: execution rows carry no foreign key (migration 0019), so the
+    # project's cascade does not reach them, and this role may not delete them itself.
+    await call.conn.execute("SELECT codity.delete_project(%s)", [project["id"]])
 
 
 _ONE = "/api/v1/projects/{project_id:int}"
