@@ -3,10 +3,12 @@
 -- Deleting history is an operator's decision, so it is refused while the queue still has
 -- unfinished jobs (scheduled, queued, claimed, running) unless p_force; even forced, it is
 -- refused while a worker holds one of its jobs (claimed, running), because that worker
--- would report on a job that no longer exists. Locks the queue row, then its held jobs
--- FOR SHARE so a claim cannot slip in between the check and the delete. The queue's
--- deletion cascades to its jobs, dead letters, minutes and schedules; its executions,
--- which carry no foreign key (migration 0019), are deleted explicitly.
+-- would report on a job that no longer exists. Locks the queue row, so a pause or a resume
+-- of it waits; claims do not take that lock, so a claim that runs between the count and
+-- the delete still has its jobs deleted with the queue, and its worker's reports on them
+-- get CD003 (no such job). The queue's deletion cascades to its jobs, dead letters,
+-- minutes and schedules; its executions, which carry no foreign key (migration 0019), are
+-- deleted explicitly.
 -- Callers: operators, the web API.
 
 CREATE OR REPLACE FUNCTION codity.delete_queue(
