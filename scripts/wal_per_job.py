@@ -22,14 +22,13 @@ Issue 12 weighs these (docs/PERFORMANCE.md).
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from codity.bench._usage import process_cpu_s
 from codity.explain import scratch_database
 from codity.worker.claim import CLAIM_AND_START
 from codity.worker.reporter import COMPLETE_MANY
@@ -76,12 +75,7 @@ ORDER BY sum(b.block_data_length) + sum(b.block_fpi_length) DESC
 
 def _backend_cpu_s(c: psycopg.Connection[Any]) -> float | None:
     """The CPU time of this connection's backend so far, if it runs on this machine."""
-    pid = (c.execute("SELECT pg_backend_pid()").fetchone() or (0,))[0]
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(int((c.execute("SELECT pg_backend_pid()").fetchone() or (0,))[0]))
 
 
 def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str, float | None]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["Spent", "Usage", "postmaster_pid", "read_usage", "spent_since"]
+__all__ = ["Spent", "Usage", "postmaster_pid", "process_cpu_s", "read_usage", "spent_since"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -48,6 +48,12 @@ def _cpu(fields: list[str], *, reaped: bool = False) -> float:
     # utime, stime, cutime, cstime are fields 14 to 17 of stat(5): 11 to 14 here.
     ticks = sum(int(x) for x in fields[11 : 15 if reaped else 13])
     return ticks / _TICK
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User and system CPU seconds of a live process of this machine so far; None if none."""
+    fields = _stat(pid)
+    return None if fields is None else _cpu(fields)
 
 
 def _children(parent: int) -> list[list[str]]:
