@@ -108,8 +108,13 @@ _WORKER = (
         ' \'[{"task": "a"}, {"task": "b"}, {"task": "c", "priority": 5}]\'{now})',
     ),
     # The bodies that take the queue's id (DESIGN.md, "Room to scale out", rule 1), on
-    # three jobs of their own: the calls by name and by job id above and below are
+    # jobs of their own: the calls by name and by job id above and below are
     # wrappers over them.
+    Call(
+        "enqueue_in_queue",
+        "SELECT * FROM codity.enqueue_in_queue(%(queue)s, 'd', p_priority => 2{now})",
+        _queue,
+    ),
     Call(
         "enqueue_many_in_queue",
         "SELECT * FROM codity.enqueue_many_in_queue(%(queue)s,"

@@ -219,6 +219,13 @@ CASES = [
         ("queue 987654",),
     ),
     Case(
+        "enqueue-one-into-unknown-queue-id",
+        "SELECT * FROM codity.enqueue_in_queue(987654, 'a')",
+        "CD001",
+        NotFound,
+        ("queue 987654",),
+    ),
+    Case(
         "reap-unknown-queue-id",
         "SELECT * FROM codity.reap_in_queue(987654)",
         "CD001",

@@ -131,6 +131,8 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.deregister_worker(bigint,timestamp with time zone)",
     "codity.enqueue(text,text,jsonb,timestamp with time zone,integer,text,integer,bigint,"
     "timestamp with time zone)",
+    "codity.enqueue_in_queue(bigint,text,jsonb,timestamp with time zone,integer,text,integer,"
+    "timestamp with time zone)",
     "codity.enqueue_many_in_queue(bigint,jsonb,timestamp with time zone)",
     "codity.enqueue_many(text,jsonb,bigint,timestamp with time zone)",
     "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
@@ -183,6 +185,7 @@ WORKER_PROTOCOL = {
     "complete_many_in_queue",
     "fail_in_queue",
     "release_in_queue",
+    "enqueue_in_queue",
     "enqueue_many_in_queue",
     "complete",
     "complete_many",

@@ -704,6 +704,8 @@ def test_the_bodies_by_queue_id_raise_no_notification_and_their_callers_do(
         [queue_id, T0],
     )
     assert notifications(listener, api) == [], "enqueue_many_in_queue"
+    api.execute("SELECT * FROM codity.enqueue_in_queue(%s, 't', p_now => %s)", [queue_id, T0])
+    assert notifications(listener, api) == [], "enqueue_in_queue"
     for _ in range(3):
         live_api.enqueue("wake")
     assert notifications(listener, api) == [str(queue_id)] * 3, "enqueue, once per commit"

@@ -197,6 +197,7 @@ HOT_BODIES = (
     "release_in_queue",
     "extend_leases",
     "reap_in_queue",
+    "enqueue_in_queue",
     "enqueue_many_in_queue",
 )
 # Rule 2 also holds in what the bodies call.
