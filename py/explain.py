@@ -72,7 +72,7 @@ class Result:
 def claim_select() -> str:
     """The claim's selection, from sql/functions/claim.sql, with $1 queue, $2 now, $3 limit."""
     text = (sql_dir() / "functions" / "claim.sql").read_text()
-    found = re.search(r"picked AS MATERIALIZED \((?P<body>.*?)\n\s*\),", text, re.S)
+    found = re.search(r"picked AS MATERIALIZED \((?P<body>.*?)\n\s*\)\n", text, re.S)
     if not found:
         raise ValueError("no `picked AS MATERIALIZED (...)` CTE in sql/functions/claim.sql")
     body = " ".join(found["body"].split())
@@ -97,6 +97,16 @@ def load_jobs(conn: Conn, jobs: int, queues: int = QUEUES) -> list[int]:
     return ids
 
 
+def _claim_settings(conn: Conn) -> list[tuple[str, str]]:
+    """The settings claim_in_queue's SET clauses give its statements, search_path aside."""
+    row = conn.execute(
+        "SELECT p.proconfig FROM pg_catalog.pg_proc p WHERE p.oid ="
+        " 'codity.claim_in_queue(bigint,bigint,integer,boolean,boolean,timestamptz)'::regprocedure"
+    ).fetchone()
+    pairs = [tuple(item.split("=", 1)) for item in (row[0] if row and row[0] else [])]
+    return [(name, value) for name, value in pairs if name != "search_path"]
+
+
 def _explain(conn: Conn, queue_id: int, options: str, *, generic: bool = False) -> Any:
     """EXPLAIN the prepared claim selection in a rolled-back transaction."""
     if not conn.autocommit:  # in an open transaction, the row locks would outlive the EXPLAIN
@@ -105,19 +115,24 @@ def _explain(conn: Conn, queue_id: int, options: str, *, generic: bool = False) 
     if not conn.execute(prepared, [_PREPARED]).fetchall():
         prepare = f"PREPARE {_PREPARED}(bigint, timestamptz, integer) AS {claim_select()}"
         conn.execute(prepare.encode())
-    mode = "force_generic_plan" if generic else "force_custom_plan"
+    # Generic: under the settings claim_in_queue runs its statements with (its SET clauses),
+    # so the plan checked is the plan that runs. Custom: planned with the values, to compare.
+    settings = _claim_settings(conn) if generic else [("plan_cache_mode", "force_custom_plan")]
     query = sql.SQL("EXPLAIN ({}) EXECUTE {}({}, pg_catalog.now(), {})").format(
         sql.SQL(options), sql.Identifier(_PREPARED), sql.Literal(queue_id), sql.Literal(LIMIT)
     )
     with conn.transaction(force_rollback=True):
-        conn.execute(sql.SQL("SET LOCAL plan_cache_mode = {}").format(sql.Literal(mode)))
+        for name, value in settings:
+            conn.execute("SELECT pg_catalog.set_config(%s, %s, true)", [name, value])
         rows = conn.execute(query).fetchall()
     return rows[0][0] if options.endswith("JSON") else "\n".join(r[0] for r in rows)
 
 
 def claim_plan(conn: Conn, queue_id: int) -> dict[str, Any]:
-    """The JSON plan (EXPLAIN ANALYZE, BUFFERS) of the claim's selection for one queue."""
-    plan: dict[str, Any] = _explain(conn, queue_id, "ANALYZE, BUFFERS, FORMAT JSON")[0]
+    """The JSON plan (EXPLAIN ANALYZE, BUFFERS) of the claim's selection for one queue: the
+    generic plan, the one claim_in_queue runs (it sets plan_cache_mode)."""
+    options = "ANALYZE, BUFFERS, FORMAT JSON"
+    plan: dict[str, Any] = _explain(conn, queue_id, options, generic=True)[0]
     return plan
 
 
@@ -223,8 +238,8 @@ def _auto_explain(conn: Conn, queue: str) -> str | None:
         worker = conn.execute("SELECT codity.register_worker('explain', ARRAY[%s])", [queue])
         worker_id = worker.fetchall()[0][0]
         conn.execute("SELECT * FROM codity.claim(%s, %s, %s)", [worker_id, queue, LIMIT])
-    found = [n for n in notices if "picked AS MATERIALIZED" in n]
-    return found[0] if found else None
+    found = [n for n in notices if "picked AS MATERIALIZED" in n or "WITH claimed AS" in n]
+    return "\n\n".join(found) if found else None
 
 
 def _machine(conn: Conn) -> list[str]:
@@ -290,6 +305,8 @@ BUFFERS)` in a transaction that is rolled back, since `FOR UPDATE` locks what it
 
 `jobs_claim_idx (queue_id, priority DESC, run_at, id) WHERE status = 'queued'` matches the
 ORDER BY term for term: the queue's first {limit} due index entries are the answer, in order.
+This is the generic plan, the one that runs: `claim_in_queue` sets `plan_cache_mode =
+force_generic_plan` (planning each call cost more than running it; see the function's header).
 
 ```text
 {text_plan}
@@ -310,13 +327,14 @@ cost most in the plans that touch most rows). Applied in order to the same data:
 the claim index with `(queue_id, priority DESC, run_at) WHERE status = 'queued'`; (3) drops
 that too, leaving the other indexes on jobs; (4) drops every index on jobs, the primary key
 included: it can be dropped, `CASCADE` taking the foreign keys of job_executions,
-dead_letters and scheduled_jobs with it (a scratch database). Custom plans:
+dead_letters and scheduled_jobs with it (a scratch database). Custom plans (planned with the
+call's values), for comparison:
 
 {custom}
 
-Generic plans (`plan_cache_mode = force_generic_plan`). PL/pgSQL plans a statement with its
-values for its first five runs in a session, then switches to the generic plan if that is
-estimated to cost no more than those custom plans did on average:
+Generic plans (`plan_cache_mode = force_generic_plan`, which `claim_in_queue` sets for its
+own statements, so these are the plans that run; left to itself, PL/pgSQL would plan the
+claim with its values at every call, as the generic plan's estimate never looked cheaper):
 
 {generic}
 
@@ -341,8 +359,9 @@ def _render(jobs: int, machine: list[str], text_plan: str, problems: list[str],
     for keyword in ("FROM", "WHERE", "ORDER BY", "LIMIT"):
         statement = statement.replace(f" {keyword} ", f"\n{keyword} ")
     auto = (
-        "Captured with `log_level = notice` (the Sort on top orders the returned rows, at most"
-        " p_limit; the selection is the `CTE picked`):"
+        "Captured with `log_level = notice`: the pick (the `CTE picked`; the Sort under the"
+        " Aggregate orders the rows picked, at most p_limit, for the arrays), then the UPDATE of"
+        " the ids picked (the Sort on top orders the rows returned):"
         f"\n\n```text\n{whole}\n```"
         if whole
         else "It could not be loaded here (it needs a superuser)."
@@ -365,7 +384,7 @@ def write_explain(url: str, jobs: int = 100_000) -> Path:
         queue_id = load_jobs(conn, jobs)[0]
         conn.execute("VACUUM ANALYZE codity.jobs")
         log.info("loaded %d jobs; measuring", jobs)
-        text_plan = _explain(conn, queue_id, "ANALYZE, BUFFERS, FORMAT TEXT")
+        text_plan = _explain(conn, queue_id, "ANALYZE, BUFFERS, FORMAT TEXT", generic=True)
         problems = claim_plan_problems(claim_plan(conn, queue_id))
         whole = _auto_explain(other, "explain-0")
         machine = _machine(conn)

@@ -40,25 +40,14 @@ class Patch:
 _NAIVE_CLAIM = (
     Patch(
         "claim.sql",
-        "    v_queue record;\nBEGIN\n",
-        "    v_queue record;\n    v_picked bigint[];\nBEGIN\n",
+        "        LIMIT p_limit\n        FOR UPDATE SKIP LOCKED\n    )\n",
+        "        LIMIT p_limit  -- FAULT naive_claim: read without locking ...\n    )\n",
     ),
     Patch(
         "claim.sql",
-        "    RETURN QUERY\n    WITH picked AS MATERIALIZED (\n",
-        "    -- FAULT naive_claim: read without locking ...\n"
-        "    SELECT array_agg(candidate.id) INTO v_picked FROM (\n",
-    ),
-    Patch(
-        "claim.sql",
-        "        FOR UPDATE SKIP LOCKED\n    ),\n    ranked AS (\n",
-        "    ) AS candidate;\n"
-        "    PERFORM pg_catalog.pg_sleep(0.001);\n"
-        "    -- ... then update by id alone, in a second statement.\n"
-        "    RETURN QUERY\n"
-        "    WITH picked AS (SELECT j.id, j.priority, j.run_at, j.crash_count\n"
-        "                    FROM codity.jobs j WHERE j.id = ANY (v_picked)),\n"
-        "    ranked AS (\n",
+        "    FROM picked p;\n",
+        "    FROM picked p;\n"
+        "    PERFORM pg_catalog.pg_sleep(0.001);  -- ... then update by id alone, later.\n",
     ),
 )
 
@@ -180,9 +169,8 @@ _ANY_QUEUE = (
 _NO_ISOLATION = (
     Patch(
         "claim.sql",
-        "        WHERE r.rn < coalesce((SELECT min(x.rn) FROM ranked x WHERE x.crash_count > 0),"
-        " p_limit + 1)\n           OR (r.rn = 1 AND r.crash_count > 0)\n",
-        "        WHERE true  -- FAULT no_isolation\n",
+        "    IF v_cut IS NOT NULL THEN\n",
+        "    IF false THEN  -- FAULT no_isolation\n",
     ),
     Patch(
         "claim.sql",

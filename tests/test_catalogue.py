@@ -633,7 +633,7 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(tx: Conn) -> None:
         " 'codity.claim_in_queue(bigint,bigint,integer,boolean,boolean,timestamptz)'::regprocedure"
     ).fetchone()
     assert row is not None
-    picked = re.search(r"picked AS MATERIALIZED \((.*?)\n\s*\),", str(row[0]), re.S)
+    picked = re.search(r"picked AS MATERIALIZED \((.*?)\n\s*\)\n", str(row[0]), re.S)
     assert picked, "claim picks its rows in a MATERIALIZED CTE"
     body = " ".join(picked.group(1).split())
     assert "j.queue_id = v_queue.id" in body and "j.status = 'queued'" in body, body

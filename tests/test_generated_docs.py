@@ -64,6 +64,19 @@ def test_claim_plan_is_an_index_scan_of_the_claim_index_without_sort(
     assert claim_plan_problems(plan) == [], plan
 
 
+@pytest.mark.parametrize("jobs", [3, 200])
+def test_the_generic_claim_plan_made_on_a_small_table_still_scans_the_claim_index(
+    conn: psycopg.Connection, jobs: int
+) -> None:
+    """claim_in_queue plans once per session (force_generic_plan), for the table as it is
+    then. Planned on a table of a few rows, the pick would seq-scan and sort, and keep doing
+    so as a burst of jobs arrived, until the next ANALYZE; the function's enable_sort = off
+    keeps it on the claim index at any size (claim_plan applies the function's settings)."""
+    queue_id = load_jobs(conn, jobs)[0]
+    conn.execute("ANALYZE codity.jobs")
+    assert claim_plan_problems(claim_plan(conn, queue_id)) == []
+
+
 def test_claim_plan_check_fails_without_the_claim_index(conn: psycopg.Connection) -> None:
     queue_id = _loaded(conn)
     conn.execute("DROP INDEX codity.jobs_claim_idx")

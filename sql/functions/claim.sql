@@ -10,9 +10,25 @@
 -- term, and the index is partial on status = 'queued', so the plan is
 -- Limit -> LockRows -> Index Scan, with no Sort node (docs/EXPLAIN.md).
 --
--- Why the LIMIT sits in a MATERIALIZED CTE: an unfenced LIMIT subquery joined into an
+-- Why the pick and the UPDATE are two statements: an unfenced LIMIT subquery joined into an
 -- UPDATE may be re-evaluated by the planner and lock/update more rows than asked (the
--- planner trap Oban documents). The fence makes the set of ids fixed before the UPDATE.
+-- planner trap Oban documents). Here the locked ids are in an array before the UPDATE
+-- runs, and the UPDATE takes exactly those.
+--
+-- Why SET plan_cache_mode = force_generic_plan: PostgreSQL chose a plan of its own for the
+-- claim at every call (a generic plan cannot know the limit or the time, so its estimate
+-- always looked worse), and planning cost more than running: about 270 us of a claim's
+-- server time, with the jobs table's thirteen indexes to weigh. The generic plans of these
+-- two statements are the ones wanted at any size (Limit -> LockRows -> Index Scan on
+-- jobs_claim_idx; the UPDATE by primary key; ./codity explain checks the generic plan), so
+-- each session plans them once. A generic plan is made for the table as it is then, and
+-- kept until the table's statistics change: planned on a table of a few rows, the pick
+-- would seq-scan and sort, and keep doing so while a burst of jobs arrived, until the next
+-- ANALYZE. enable_sort = off leaves the planner one way to return the rows in order with a
+-- LIMIT, the claim index, whatever the size (the sorts that remain, of the rows claimed,
+-- have no other way and are kept). Measured with scripts/hot_path_cost.py (docs/PERFORMANCE.md):
+-- the claim-and-complete pair's server CPU per job fell by a third with one job per claim
+-- and by 12 % with 500.
 --
 -- One queue per call: a statement that locks rows must stay on one queue so the jobs
 -- table can later be distributed by queue (DESIGN.md, "Room to scale out"). The body takes
@@ -70,11 +86,17 @@ LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_worker record;
     v_queue record;
+    v_ids bigint[];
+    v_suspects boolean[];
+    v_cut integer;
+    v_lease_expires_at timestamptz;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
@@ -98,12 +120,17 @@ BEGIN
     IF v_queue.is_paused THEN
         RETURN;
     END IF;
+    -- Times into variables first (DESIGN.md, "Room to scale out", rule 9).
+    v_lease_expires_at := p_now + pg_catalog.make_interval(secs => v_queue.lease_seconds);
     PERFORM codity._check_transition('queued', 'claimed');
     IF p_start THEN
         PERFORM codity._check_transition('claimed', 'running');
     END IF;
 
-    RETURN QUERY
+    -- The rows, locked, in claim order, in a statement of their own: the ids are fixed
+    -- before the UPDATE (the planner cannot re-evaluate the LIMIT into it), and both
+    -- statements are simple enough for one generic plan per session (the function's SET
+    -- plan_cache_mode; see the header).
     WITH picked AS MATERIALIZED (
         SELECT j.id, j.priority, j.run_at, j.crash_count
         FROM codity.jobs j
@@ -114,34 +141,36 @@ BEGIN
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
-    ),
-    ranked AS (
-        SELECT p.id, p.crash_count,
-               pg_catalog.row_number() OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS rn
-        FROM picked p
-    ),
+    )
+    SELECT pg_catalog.array_agg(p.id ORDER BY p.priority DESC, p.run_at, p.id),
+           pg_catalog.array_agg(p.crash_count > 0 ORDER BY p.priority DESC, p.run_at, p.id)
+    INTO v_ids, v_suspects
+    FROM picked p;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
     -- A suspect (a job with a crash on record) comes alone: when it is first in line the
     -- batch is that one job, otherwise the batch stops before the first suspect. Rows
-    -- picked but not taken stay queued (their locks end with this transaction).
-    chosen AS (
-        SELECT r.id
-        FROM ranked r
-        WHERE r.rn < coalesce((SELECT min(x.rn) FROM ranked x WHERE x.crash_count > 0), p_limit + 1)
-           OR (r.rn = 1 AND r.crash_count > 0)
-    ),
-    claimed AS (
+    -- locked but not taken stay queued (their locks end with this transaction).
+    v_cut := pg_catalog.array_position(v_suspects, true);
+    IF v_cut IS NOT NULL THEN
+        v_ids := v_ids[1:greatest(v_cut - 1, 1)];
+    END IF;
+
+    RETURN QUERY
+    WITH claimed AS (
         UPDATE codity.jobs j
         SET status = CASE WHEN p_start THEN 'running' ELSE 'claimed' END::codity.job_status,
             worker_id = p_worker_id,
             claimed_at = p_now,
             started_at = CASE WHEN p_start THEN p_now END,
-            lock_expires_at = p_now + pg_catalog.make_interval(secs => v_queue.lease_seconds),
+            lock_expires_at = v_lease_expires_at,
             attempt = j.attempt + 1,
             execution_seq = j.execution_seq + 1,
             updated_at = p_now
-        FROM chosen
-        WHERE j.queue_id = v_queue.id AND j.id = chosen.id
-        RETURNING j.*
+        WHERE j.queue_id = v_queue.id AND j.id = ANY (v_ids)
+        RETURNING j.id, j.execution_seq, j.task, j.payload, j.attempt, j.max_attempts,
+                  j.priority, j.run_at, j.lock_expires_at, j.created_at, j.crash_count
     )
     SELECT c.id, c.execution_seq, c.task, c.payload, c.attempt, c.max_attempts, c.priority,
            c.run_at, c.lock_expires_at, v_queue.job_timeout_seconds, c.created_at, c.crash_count
