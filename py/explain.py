@@ -222,8 +222,11 @@ def scratch_database(url: str, prefix: str) -> Iterator[str]:
             admin.execute(drop.format(sql.Identifier(name)))
 
 
-def _auto_explain(conn: Conn, queue: str) -> str | None:
-    """The plan of a whole codity.claim call, nested statements included, or None."""
+def claim_statement_plans(conn: Conn, queue: str) -> str | None:
+    """The plans of the statements a codity.claim call runs (the pick, then the UPDATE), as
+    auto_explain logs them, or None when auto_explain cannot be loaded (it needs a
+    superuser). Rolled back; the first claim of ``conn``'s session, so the plans are made
+    for the table as it is now."""
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     try:
@@ -386,7 +389,7 @@ def write_explain(url: str, jobs: int = 100_000) -> Path:
         log.info("loaded %d jobs; measuring", jobs)
         text_plan = _explain(conn, queue_id, "ANALYZE, BUFFERS, FORMAT TEXT", generic=True)
         problems = claim_plan_problems(claim_plan(conn, queue_id))
-        whole = _auto_explain(other, "explain-0")
+        whole = claim_statement_plans(other, "explain-0")
         machine = _machine(conn)
         custom, generic = [], []
         for config, setup in CONFIGURATIONS:

@@ -15,7 +15,13 @@ import re
 import psycopg
 import pytest
 
-from codity.explain import claim_plan, claim_plan_problems, explain_path, load_jobs
+from codity.explain import (
+    claim_plan,
+    claim_plan_problems,
+    claim_statement_plans,
+    explain_path,
+    load_jobs,
+)
 from codity.roles_reference import database_doc_path, render_roles
 from codity.sql_reference import reference_path, render_reference
 from codity.web.reference import api_contract_path, render_route_table
@@ -75,6 +81,23 @@ def test_the_generic_claim_plan_made_on_a_small_table_still_scans_the_claim_inde
     queue_id = load_jobs(conn, jobs)[0]
     conn.execute("ANALYZE codity.jobs")
     assert claim_plan_problems(claim_plan(conn, queue_id)) == []
+
+
+@pytest.mark.parametrize("jobs", [3, 200])
+def test_a_claim_planned_on_a_small_table_scans_indexes_only(
+    db_url: str, conn: psycopg.Connection, jobs: int
+) -> None:
+    """Both statements as the function runs them (auto_explain, the session's first claim, so
+    the generic plans are made on the small table): no Seq Scan of jobs, the pick on the
+    claim index. Without the function's enable_seqscan = off the UPDATE seq-scans."""
+    load_jobs(conn, jobs, queues=1)
+    conn.execute("ANALYZE codity.jobs")
+    with psycopg.connect(db_url, autocommit=True) as session:
+        plans = claim_statement_plans(session, "explain-0")
+    assert plans is not None, "auto_explain could not be loaded"
+    assert "Seq Scan on jobs" not in plans, plans
+    assert "Index Scan using jobs_claim_idx" in plans, plans
+    assert "Update on jobs" in plans, plans
 
 
 def test_claim_plan_check_fails_without_the_claim_index(conn: psycopg.Connection) -> None:

@@ -20,15 +20,18 @@
 -- always looked worse), and planning cost more than running: about 270 us of a claim's
 -- server time, with the jobs table's thirteen indexes to weigh. The generic plans of these
 -- two statements are the ones wanted at any size (Limit -> LockRows -> Index Scan on
--- jobs_claim_idx; the UPDATE by primary key; ./codity explain checks the generic plan), so
--- each session plans them once. A generic plan is made for the table as it is then, and
--- kept until the table's statistics change: planned on a table of a few rows, the pick
--- would seq-scan and sort, and keep doing so while a burst of jobs arrived, until the next
--- ANALYZE. enable_sort = off leaves the planner one way to return the rows in order with a
--- LIMIT, the claim index, whatever the size (the sorts that remain, of the rows claimed,
--- have no other way and are kept). Measured with scripts/hot_path_cost.py (docs/PERFORMANCE.md):
--- the claim-and-complete pair's server CPU per job fell by a third with one job per claim
--- and by 12 % with 500.
+-- jobs_claim_idx; the UPDATE by key; ./codity explain checks them), so each session plans
+-- them once. Measured with scripts/hot_path_cost.py (docs/PERFORMANCE.md): the
+-- claim-and-complete pair's server CPU per job fell by a third with one job per claim and
+-- by 12 % with 500.
+--
+-- Why SET enable_sort = off and enable_seqscan = off: a generic plan is made for the table
+-- as it is then, and kept until the table's statistics change. Planned on a table of a few
+-- rows, the pick would seq-scan and sort and the UPDATE seq-scan, and keep doing so while a
+-- burst of jobs arrived, until the next ANALYZE. Without sorts, the one way left to return
+-- the rows in order under a LIMIT is the claim index; without sequential scans, the UPDATE
+-- finds its rows by index; whatever the size. The sorts that remain, of the rows claimed,
+-- have no other way and are kept (tests/test_generated_docs.py plans a claim on 3 jobs).
 --
 -- One queue per call: a statement that locks rows must stay on one queue so the jobs
 -- table can later be distributed by queue (DESIGN.md, "Room to scale out"). The body takes
@@ -88,6 +91,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
