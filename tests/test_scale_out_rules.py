@@ -201,7 +201,13 @@ HOT_BODIES = (
     "enqueue_many_in_queue",
 )
 # Rule 2 also holds in what the bodies call.
-HOT_HELPERS = ("_lock_fenced_job", "_fenced_batch_outcome", "_dead_letter", "_reject_stale")
+HOT_HELPERS = (
+    "_lock_fenced_job",
+    "_fenced_batch_outcome",
+    "_dead_letter",
+    "_reject_stale",
+    "_enqueue_one",
+)
 
 
 def hot_body_violations(conn: Conn) -> list[str]:

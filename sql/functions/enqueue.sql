@@ -1,21 +1,22 @@
 -- codity.enqueue_in_queue and codity.enqueue: insert one job.
 --
--- Why a body of its own, beside the batch body codity.enqueue_many_in_queue: one job sent
--- as typed arguments needs no JSON array built, walked three times and read back. Measured
--- as the backend's CPU per call (one connection, a commit each; docs/PERFORMANCE.md), the
--- wrapper over the batch body took about 455 us and this body about 325-365 us. The two
--- bodies cannot drift apart on what they accept: the ranges are checked by the same
--- codity._job_fields_problem, the table's CHECK constraints stand behind both, and
--- tests/test_enqueue_parity.py sends the same jobs, good and bad, through both and compares
--- answers, errors and rows.
+-- Why one job has a body of its own (codity._enqueue_one), beside the batch body
+-- codity.enqueue_many_in_queue: one job sent as typed arguments needs no JSON array built,
+-- walked three times and read back. Measured as the backend's CPU per call (one
+-- connection, a commit each; scripts/hot_path_cost.py, docs/PERFORMANCE.md): 550 us through
+-- the batch body, 402 us through a body of its own. The two bodies cannot drift apart on
+-- what they accept: the ranges are checked by the same codity._job_fields_problem, the
+-- table's CHECK constraints stand behind both, and tests/test_enqueue_parity.py sends the
+-- same jobs, good and bad, through both and compares answers, errors and rows.
 --
 -- Idempotency: a unique index on (queue_id, idempotency_key) over the jobs with a key, with
 -- ON CONFLICT DO NOTHING; a concurrent enqueue with the same key waits on the index until
 -- the other transaction ends, then finds its job with a new statement (so a new snapshot).
 -- Locks: only the inserted row (or waits on a concurrent insert of the same key).
--- By queue id (DESIGN.md, "Room to scale out", rule 1), and no NOTIFY from the body (rule
--- 10): codity.enqueue, by name, resolves the queue, calls the body and wakes the queue's
--- workers when the job is due now and the queue is not paused.
+-- By queue id (DESIGN.md, "Room to scale out", rule 1): enqueue_in_queue, for clients that
+-- know the id. By name: codity.enqueue resolves the queue, calls the body and wakes the
+-- queue's workers when the job is due now and the queue is not paused (rule 10: the body
+-- raises no NOTIFY). Both call the private body directly, not one another.
 -- Callers: psql, the web API, workers enqueueing follow-ups (all through codity.enqueue).
 
 CREATE OR REPLACE FUNCTION codity.enqueue_in_queue(
@@ -34,56 +35,14 @@ RETURNS TABLE (
     run_at timestamptz,
     is_new boolean
 )
-LANGUAGE plpgsql
+LANGUAGE sql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
-#variable_conflict use_column
-DECLARE
-    v_queue record := codity._queue(p_queue_id, NULL);
-    v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
-    v_run_at timestamptz := coalesce(p_run_at, p_now);
-    v_problem text;
-BEGIN
-    -- The common case, p_now left out, without a statement.
-    IF p_now IS DISTINCT FROM pg_catalog.now() THEN
-        PERFORM codity._check_clock(p_now);
-    END IF;
-    v_problem := codity._job_fields_problem(p_task, p_priority, p_max_attempts, p_idempotency_key);
-    IF v_problem IS NOT NULL THEN
-        RAISE EXCEPTION 'invalid job: %', v_problem USING ERRCODE = 'CD010';
-    END IF;
-    IF octet_length(v_payload::text) > 65536 THEN
-        RAISE EXCEPTION 'payload is % bytes; the limit is 65536', octet_length(v_payload::text)
-            USING ERRCODE = 'CD011',
-                  HINT = 'Store large data elsewhere and put a reference in the payload.';
-    END IF;
-
-    job_status := CASE WHEN v_run_at <= p_now THEN 'queued'::codity.job_status
-                       ELSE 'scheduled'::codity.job_status END;
-    INSERT INTO codity.jobs AS j
-        (queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
-         idempotency_key, created_at, updated_at)
-    VALUES (v_queue.id, v_queue.project_id, p_task, v_payload, coalesce(p_priority, 0),
-            job_status, v_run_at, coalesce(p_max_attempts, v_queue.max_attempts),
-            p_idempotency_key, p_now, p_now)
-    ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING j.id INTO job_id;
-    IF job_id IS NOT NULL THEN
-        run_at := v_run_at;
-        is_new := true;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    -- The key names a job already: that one is the answer.
-    SELECT j.id, j.status, j.run_at, false INTO job_id, job_status, run_at, is_new
-    FROM codity.jobs j
-    WHERE j.queue_id = v_queue.id AND j.idempotency_key = p_idempotency_key;
-    IF FOUND THEN
-        RETURN NEXT;
-    END IF;
-END;
+    SELECT e.job_id, e.job_status, e.run_at, e.is_new
+    FROM codity._enqueue_one(p_queue_id, p_task, p_payload, p_run_at, p_priority,
+                             p_idempotency_key, p_max_attempts, p_now) AS e;
 $$;
 
 COMMENT ON FUNCTION codity.enqueue_in_queue(bigint, text, jsonb, timestamptz, integer, text, integer, timestamptz) IS
@@ -139,8 +98,8 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT e.job_id, e.job_status, e.run_at, e.is_new
-    FROM codity.enqueue_in_queue(v_queue_id, p_task, p_payload, p_run_at, p_priority,
-                                 p_idempotency_key, p_max_attempts, p_now) AS e;
+    FROM codity._enqueue_one(v_queue_id, p_task, p_payload, p_run_at, p_priority,
+                             p_idempotency_key, p_max_attempts, p_now) AS e;
     IF NOT v_is_paused AND coalesce(p_run_at, p_now) <= p_now THEN
         PERFORM codity._notify(v_queue_id);
     END IF;
