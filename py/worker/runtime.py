@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import args_row, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from codity.backoff import Backoff, server_address
@@ -419,7 +419,7 @@ class Worker:
         assert self._pool is not None
         try:
             async with self._pool.connection() as conn:
-                cur = conn.cursor(row_factory=class_row(ClaimedJob))
+                cur = conn.cursor(row_factory=args_row(ClaimedJob))
                 await cur.execute(query, params)
                 return await cur.fetchall()
         except psycopg.Error as exc:
