@@ -1,8 +1,9 @@
 """One job, two bodies: codity.enqueue and codity.enqueue_many must agree.
 
-A single job goes through codity.enqueue_in_queue (typed arguments), a batch through
-codity.enqueue_many_in_queue (a JSON array); the single body exists because it costs about a
-third less server time per call (sql/functions/enqueue.sql). Both check ranges with
+A single job goes through codity._enqueue_one (typed arguments; what enqueue and
+enqueue_in_queue call), a batch through codity.enqueue_many_in_queue (a JSON array); the
+single body exists because it costs about a quarter less server time per call
+(sql/functions/enqueue.sql). Both check ranges with
 codity._job_fields_problem, but each writes its own INSERT, so here the same job, good or bad,
 goes through both, into two queues configured alike, at the same p_now: the answers (status,
 run_at, is_new), the errors (SQLSTATE and message) and the rows written must be the same.
