@@ -33,6 +33,13 @@
 -- finds its rows by index; whatever the size. The sorts that remain, of the rows claimed,
 -- have no other way and are kept (tests/test_generated_docs.py plans a claim on 3 jobs).
 --
+-- Why SET jit = off: before PostgreSQL 18, a disabled plan node is not removed but priced
+-- at 10^10, so the unavoidable sort made every claim's plan cost more than jit_above_cost,
+-- and a server built with LLVM (Debian's PostgreSQL 15) compiled each claim: 135 ms of JIT
+-- for a 0.1 ms statement, a 1,000-job claim storm 71 s instead of 2. A claim is never
+-- worth compiling, at any size (a generic plan over millions of queued jobs crosses the
+-- threshold too).
+--
 -- One queue per call: a statement that locks rows must stay on one queue so the jobs
 -- table can later be distributed by queue (DESIGN.md, "Room to scale out"). The body takes
 -- the queue's id (rule 1: a name cannot be delegated to the node that holds the queue);
@@ -92,6 +99,7 @@ SET search_path = pg_catalog, codity, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
