@@ -39,9 +39,8 @@ from typing import Any
 import psycopg
 
 from codity.bench._usage import process_cpu_s
+from codity.bench._worker_loop import drain_as_the_worker
 from codity.explain import scratch_database
-from codity.worker.claim import CLAIM_AND_START
-from codity.worker.reporter import COMPLETE_MANY
 
 URL = sys.argv[1]
 REF = sys.argv[2] if len(sys.argv) > 2 else "HEAD"
@@ -58,11 +57,14 @@ def _git(*args: str) -> str:
 
 
 def _apply_ref(conn: Conn) -> None:
-    """The function files at REF, in name order, as migrate applies them."""
+    """The function files at REF, in name order, as migrate applies them: as codity_owner,
+    so that a function the ref has and this checkout has not is owned like the rest."""
     names = sorted(_git("ls-tree", "--name-only", f"{REF}:sql/functions").split())
     conn.execute("SET check_function_bodies = off")
+    conn.execute("SET ROLE codity_owner")
     for name in names:
         conn.execute(_git("show", f"{REF}:sql/functions/{name}").encode())
+    conn.execute("RESET ROLE")
     conn.execute("RESET check_function_bodies")
 
 
@@ -85,15 +87,7 @@ def _claim_complete(conn: Conn) -> int:
     worker = conn.execute("SELECT codity.register_worker('probe', ARRAY['q'], %s)", [BATCH])
     worker_id = (worker.fetchone() or (0,))[0]
     qid = conn.execute("SELECT queue_id FROM codity.worker_queues(%s)", [worker_id]).fetchall()
-    claim = {"worker": worker_id, "queue_id": qid[0][0], "limit": BATCH, "suspects": True}
-    done = 0
-    while claimed := conn.execute(CLAIM_AND_START, claim, prepare=True).fetchall():
-        ids, fences = [r[0] for r in claimed], [r[1] for r in claimed]
-        refused = conn.execute(COMPLETE_MANY, [qid[0][0], ids, fences, [None] * len(ids)],
-                               prepare=True).fetchall()  # fmt: skip
-        if refused:
-            raise SystemExit(f"completions refused: {refused[:3]}")
-        done += len(ids)
+    done = drain_as_the_worker(conn, worker_id, qid[0][0], BATCH)
     conn.execute("SELECT codity.deregister_worker(%s)", [worker_id])
     return done
 

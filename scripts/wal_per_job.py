@@ -30,8 +30,7 @@ import psycopg
 
 from codity.bench._usage import process_cpu_s
 from codity.explain import scratch_database
-from codity.worker.claim import CLAIM_AND_START
-from codity.worker.reporter import COMPLETE_MANY
+from codity.bench._worker_loop import drain_as_the_worker
 
 JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
 BATCH = int(sys.argv[3]) if len(sys.argv) > 3 else 100
@@ -96,18 +95,8 @@ def _drive(c: psycopg.Connection[Any], changes: list[str]) -> tuple[str, str, fl
     worker = (row.fetchone() or (0,))[0]
     start = str((c.execute("SELECT pg_current_wal_insert_lsn()").fetchone() or ("0/0",))[0])
     cpu_before = _backend_cpu_s(c)
-    done = 0
     qid = c.execute("SELECT queue_id FROM codity.worker_queues(%s)", [worker]).fetchall()[0][0]
-    claim = {"worker": worker, "queue_id": qid, "limit": BATCH, "suspects": True}
-    while done < JOBS:
-        claimed = c.execute(CLAIM_AND_START, claim).fetchall()
-        if not claimed:
-            break
-        ids, fences = [r[0] for r in claimed], [r[1] for r in claimed]
-        refused = c.execute(COMPLETE_MANY, [qid, ids, fences, [None] * len(ids)]).fetchall()
-        if refused:
-            raise RuntimeError(f"completions refused: {refused[:3]}")
-        done += len(ids)
+    done = drain_as_the_worker(c, worker, qid, BATCH)
     if done != JOBS:
         raise RuntimeError(f"drove {done} of {JOBS} jobs")
     cpu_after = _backend_cpu_s(c)

@@ -21,7 +21,13 @@ from codity.db.embedded import EmbeddedServerError, wheel_bin_dir
 from codity.worker.claim import CLAIM_AND_START
 from codity.worker.reporter import COMPLETE_MANY
 
-__all__ = ["loop_workers", "pgbench_path", "worker_loop_command", "worker_loop_script"]
+__all__ = [
+    "drain_as_the_worker",
+    "loop_workers",
+    "pgbench_path",
+    "worker_loop_command",
+    "worker_loop_script",
+]
 
 
 def pgbench_path(pg_bin: Path | None = None) -> Path:
@@ -93,3 +99,22 @@ def worker_loop_command(
         f"--jobs={clients}", f"--transactions={transactions}", f"--file={script}",
         f"--define=wbase={wbase}", f"--define=queue={queue_id}", f"--define=batch={batch}", url,
     ]  # fmt: skip
+
+
+def drain_as_the_worker(
+    conn: psycopg.Connection[Any], worker_id: int, queue_id: int, batch: int
+) -> int:
+    """The same two statements from Python, on one connection: claim ``batch`` jobs, complete
+    them, until the queue has none due; returns how many. Raises BenchError if a completion
+    is refused. For the scripts that weigh one backend's work (scripts/wal_per_job.py,
+    scripts/hot_path_cost.py)."""
+    claim = {"worker": worker_id, "queue_id": queue_id, "limit": batch, "suspects": True}
+    done = 0
+    while claimed := conn.execute(CLAIM_AND_START, claim, prepare=True).fetchall():
+        ids, fences = [r[0] for r in claimed], [r[1] for r in claimed]
+        refused = conn.execute(COMPLETE_MANY, [queue_id, ids, fences, [None] * len(ids)],
+                               prepare=True).fetchall()  # fmt: skip
+        if refused:
+            raise BenchError(f"completions refused: {refused[:3]}")
+        done += len(ids)
+    return done

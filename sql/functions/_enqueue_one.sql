@@ -7,13 +7,17 @@
 -- scripts/hot_path_cost.py). Why one job has a body apart from the batch body, and how the
 -- two are kept alike: sql/functions/enqueue.sql. Locks only the inserted row (or waits on a
 -- concurrent insert of the same idempotency key). Raises no NOTIFY (DESIGN.md, "Room to
--- scale out", rule 10).
+-- scale out", rule 10). The caller has found the queue (codity._queue, which raises CD001
+-- and CD002) and passes its project and default max_attempts, so the queue is read once
+-- per job.
 --
 -- SECURITY INVOKER without SET: called only from definer functions, it runs as their
 -- owner under their pinned search_path (pg_temp last); granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._enqueue_one(
     p_queue_id bigint,
+    p_project_id bigint,
+    p_queue_max_attempts integer,
     p_task text,
     p_payload jsonb DEFAULT '{}',
     p_run_at timestamptz DEFAULT NULL,
@@ -34,7 +38,6 @@ SECURITY INVOKER
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue record := codity._queue(p_queue_id, NULL);
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_run_at timestamptz := coalesce(p_run_at, p_now);
     v_problem text;
@@ -58,8 +61,8 @@ BEGIN
     INSERT INTO codity.jobs AS j
         (queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
          idempotency_key, created_at, updated_at)
-    VALUES (v_queue.id, v_queue.project_id, p_task, v_payload, coalesce(p_priority, 0),
-            job_status, v_run_at, coalesce(p_max_attempts, v_queue.max_attempts),
+    VALUES (p_queue_id, p_project_id, p_task, v_payload, coalesce(p_priority, 0),
+            job_status, v_run_at, coalesce(p_max_attempts, p_queue_max_attempts),
             p_idempotency_key, p_now, p_now)
     ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING j.id INTO job_id;
@@ -72,14 +75,14 @@ BEGIN
     -- The key names a job already: that one is the answer.
     SELECT j.id, j.status, j.run_at, false INTO job_id, job_status, run_at, is_new
     FROM codity.jobs j
-    WHERE j.queue_id = v_queue.id AND j.idempotency_key = p_idempotency_key;
+    WHERE j.queue_id = p_queue_id AND j.idempotency_key = p_idempotency_key;
     IF FOUND THEN
         RETURN NEXT;
     END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION codity._enqueue_one(bigint, text, jsonb, timestamptz, integer, text, integer, timestamptz) IS
+COMMENT ON FUNCTION codity._enqueue_one(bigint, bigint, integer, text, jsonb, timestamptz, integer, text, integer, timestamptz) IS
 'Private: insert one job into the queue with this id (or find the job its idempotency key names); the body of enqueue and enqueue_in_queue.';
 
-REVOKE ALL ON FUNCTION codity._enqueue_one(bigint, text, jsonb, timestamptz, integer, text, integer, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION codity._enqueue_one(bigint, bigint, integer, text, jsonb, timestamptz, integer, text, integer, timestamptz) FROM PUBLIC;

@@ -31,22 +31,29 @@ SECURITY INVOKER
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_project_id bigint := codity._project_id(p_project_id);
+    v_project_id bigint;
 BEGIN
-    IF p_queue IS NULL THEN
-        RAISE EXCEPTION 'queue name must not be NULL' USING ERRCODE = 'CD010';
-    END IF;
+    -- One query for the common case, the default project included; only a miss asks why,
+    -- in the order the checks always ran: the project (CD002), the name, the queue.
     SELECT q.id, q.name, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
            q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds
     INTO id, name, project_id, is_paused, max_attempts, max_crashes, backoff,
          base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds
-    FROM codity.queues q WHERE q.project_id = v_project_id AND q.name = p_queue;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'queue "%" does not exist', p_queue
-            USING ERRCODE = 'CD001',
-                  DETAIL = format('No queue named %L in project %s.', p_queue, v_project_id),
-                  HINT = 'Create it with codity.create_queue(name).';
+    FROM codity.queues q
+    WHERE q.name = p_queue
+      AND q.project_id = coalesce(p_project_id,
+                                  (SELECT p.id FROM codity.projects p WHERE p.is_default));
+    IF FOUND THEN
+        RETURN;
     END IF;
+    v_project_id := codity._project_id(p_project_id);
+    IF p_queue IS NULL THEN
+        RAISE EXCEPTION 'queue name must not be NULL' USING ERRCODE = 'CD010';
+    END IF;
+    RAISE EXCEPTION 'queue "%" does not exist', p_queue
+        USING ERRCODE = 'CD001',
+              DETAIL = format('No queue named %L in project %s.', p_queue, v_project_id),
+              HINT = 'Create it with codity.create_queue(name).';
 END;
 $$;
 

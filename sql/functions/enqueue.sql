@@ -41,8 +41,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
     SELECT e.job_id, e.job_status, e.run_at, e.is_new
-    FROM codity._enqueue_one(p_queue_id, p_task, p_payload, p_run_at, p_priority,
-                             p_idempotency_key, p_max_attempts, p_now) AS e;
+    FROM codity._queue(p_queue_id, NULL) AS q,
+         LATERAL codity._enqueue_one(q.id, q.project_id, q.max_attempts, p_task, p_payload,
+                                     p_run_at, p_priority, p_idempotency_key, p_max_attempts,
+                                     p_now) AS e;
 $$;
 
 COMMENT ON FUNCTION codity.enqueue_in_queue(bigint, text, jsonb, timestamptz, integer, text, integer, timestamptz) IS
@@ -57,9 +59,9 @@ Example: SELECT * FROM codity.enqueue_in_queue(3, ''emails.send'', ''{"to": "a@e
 REVOKE ALL ON FUNCTION codity.enqueue_in_queue(bigint, text, jsonb, timestamptz, integer, text, integer, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION codity.enqueue_in_queue(bigint, text, jsonb, timestamptz, integer, text, integer, timestamptz) TO codity_app, codity_worker;
 
--- By name, within a project (the default one when none is given): one query for the common
--- case; when it finds nothing, codity._queue says why (CD001, CD002 or CD010). Then the
--- body, then the wakeup, from this side (rule 10).
+-- By name, within a project (the default one when none is given; codity._queue, which says
+-- why when there is none: CD001, CD002 or CD010). Then the body, then the wakeup, from this
+-- side (rule 10).
 CREATE OR REPLACE FUNCTION codity.enqueue(
     p_queue text,
     p_task text,
@@ -84,24 +86,15 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue_id bigint;
-    v_is_paused boolean;
+    v_queue record := codity._queue(p_queue, p_project_id);
 BEGIN
-    SELECT q.id, q.is_paused INTO v_queue_id, v_is_paused
-    FROM codity.queues q
-    WHERE q.name = p_queue
-      AND q.project_id = coalesce(p_project_id,
-                                  (SELECT p.id FROM codity.projects p WHERE p.is_default));
-    IF NOT FOUND THEN
-        SELECT q.id, q.is_paused INTO v_queue_id, v_is_paused
-        FROM codity._queue(p_queue, p_project_id) AS q;
-    END IF;
     RETURN QUERY
     SELECT e.job_id, e.job_status, e.run_at, e.is_new
-    FROM codity._enqueue_one(v_queue_id, p_task, p_payload, p_run_at, p_priority,
-                             p_idempotency_key, p_max_attempts, p_now) AS e;
-    IF NOT v_is_paused AND coalesce(p_run_at, p_now) <= p_now THEN
-        PERFORM codity._notify(v_queue_id);
+    FROM codity._enqueue_one(v_queue.id, v_queue.project_id, v_queue.max_attempts, p_task,
+                             p_payload, p_run_at, p_priority, p_idempotency_key,
+                             p_max_attempts, p_now) AS e;
+    IF NOT v_queue.is_paused AND coalesce(p_run_at, p_now) <= p_now THEN
+        PERFORM codity._notify(v_queue.id);
     END IF;
 END;
 $$;
