@@ -1,8 +1,13 @@
-"""``codity scheduler``: call ``codity.tick()`` every SCHEDULER_TICK_MS.
+"""``codity scheduler``: call ``codity.tick()`` every SCHEDULER_TICK_MS, then ``codity.prune()``.
 
 All the logic is in the database; this loop only keeps time. Any number of replicas may
-run (every step of tick is SKIP LOCKED), so there is no leader to elect. pg_cron can
-replace this process entirely (docs/RUNBOOK.md).
+run (every step of tick and prune is SKIP LOCKED), so there is no leader to elect. pg_cron
+can replace this process entirely (docs/RUNBOOK.md).
+
+Pruning (retention, docs/DESIGN_DECISIONS.md 53) runs after each tick in calls of at most
+PRUNE_LIMIT jobs per queue, each its own short transaction, again while a call still
+deletes something and until half the tick's interval is spent: a backlog of aged-out jobs
+is worked off over several ticks instead of in one long transaction.
 """
 
 from __future__ import annotations
@@ -16,9 +21,24 @@ import psycopg
 from codity.backoff import Backoff, server_address
 from codity.stop_signal import StopSignal
 
-__all__ = ["run_scheduler"]
+__all__ = ["PRUNE_LIMIT", "prune", "run_scheduler"]
 
 log = logging.getLogger(__name__)
+
+PRUNE_LIMIT = 1000
+
+
+def prune(conn: psycopg.Connection, budget_s: float) -> tuple[int, int, int]:
+    """Call ``codity.prune`` until it finds nothing or ``budget_s`` is spent; the totals
+    deleted (jobs, executions, dead letters)."""
+    deadline = time.monotonic() + budget_s
+    totals = [0, 0, 0]
+    while True:
+        row = conn.execute("SELECT * FROM codity.prune(p_limit => %s)", [PRUNE_LIMIT]).fetchone()
+        assert row is not None
+        totals = [t + int(n) for t, n in zip(totals, row, strict=True)]
+        if not any(row) or time.monotonic() >= deadline:
+            return totals[0], totals[1], totals[2]
 
 
 def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) -> None:
@@ -38,6 +58,10 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                             "%d promoted, %d cron jobs",
                             *row,
                         )
+                    budget = max(0.0, tick_ms / 2000 - (time.monotonic() - started))
+                    pruned = prune(conn, budget)
+                    if any(pruned):
+                        log.info("pruned %d jobs, %d executions, %d dead letters", *pruned)
                     elapsed = time.monotonic() - started
                     stop.wait(max(0.0, tick_ms / 1000 - elapsed))
         except psycopg.OperationalError as exc:

@@ -312,6 +312,7 @@ _APP = (
     Call("materialize_cron", "SELECT * FROM codity.materialize_cron({now_only})"),
     Call("tick", "SELECT * FROM codity.tick({now_only})"),
     Call("roll_up", "SELECT codity.roll_up({now_only})"),
+    Call("prune", "SELECT * FROM codity.prune({now_only})"),
     Call(
         "rate_limit_hit",
         "SELECT * FROM codity.rate_limit_hit('auth:ip:10.0.0.7', 5, interval '15 minutes'{now})",

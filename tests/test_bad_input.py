@@ -468,6 +468,27 @@ CASES = [
         ("limit", "got 0"),
     ),
     Case(
+        "prune-limit-zero",
+        "SELECT * FROM codity.prune(now(), 0)",
+        "CD010",
+        InvalidInput,
+        ("p_limit", "got 0"),
+    ),
+    Case(
+        "queue-keep-completed-too-short",
+        "SELECT * FROM codity.create_queue('q', p_keep_completed_seconds => 59)",
+        "CD010",
+        InvalidInput,
+        ("keep_completed_seconds", "59"),
+    ),
+    Case(
+        "queue-keep-dead-letters-negative",
+        "SELECT * FROM codity.create_queue('q', p_keep_dead_letters_seconds => -1)",
+        "CD010",
+        InvalidInput,
+        ("keep_dead_letters_seconds", "-1"),
+    ),
+    Case(
         "schedule-priority-out-of-range",
         "SELECT * FROM codity.create_schedule('s', 'emails', '* * * * *', 't', p_priority => 5000)",
         "CD010",

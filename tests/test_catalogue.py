@@ -122,7 +122,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.cron_validate(text,text)",
     "codity.complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
-    "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer)",
+    "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
     "timestamp with time zone)",
     "codity.delete_project(bigint)",
@@ -144,6 +144,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.pause_queue(text,bigint,timestamp with time zone)",
     "codity.pause_schedule(text,bigint,timestamp with time zone)",
     "codity.promote(timestamp with time zone,integer)",
+    "codity.prune(timestamp with time zone,integer)",
     "codity.roll_up(timestamp with time zone)",
     "codity.rate_limit_hit(text,integer,interval,integer,timestamp with time zone)",
     "codity.rate_limit_refund(text,interval,timestamp with time zone,integer,"

@@ -19,7 +19,9 @@ CREATE OR REPLACE FUNCTION codity.create_queue(
     p_max_delay_ms integer DEFAULT NULL,
     p_lease_seconds integer DEFAULT NULL,
     p_max_crashes integer DEFAULT NULL,
-    p_job_timeout_seconds integer DEFAULT NULL
+    p_job_timeout_seconds integer DEFAULT NULL,
+    p_keep_completed_seconds integer DEFAULT NULL,
+    p_keep_dead_letters_seconds integer DEFAULT NULL
 )
 RETURNS TABLE (queue_id bigint, created boolean)
 LANGUAGE plpgsql
@@ -38,6 +40,8 @@ DECLARE
     v_lease_seconds integer;
     v_max_crashes integer;
     v_job_timeout_seconds integer;
+    v_keep_completed_seconds integer;
+    v_keep_dead_letters_seconds integer;
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
         RAISE EXCEPTION 'invalid queue name %', coalesce(quote_literal(p_name), 'NULL')
@@ -57,6 +61,15 @@ BEGIN
     -- 0 removes a timeout; NULL keeps the current one (none for a new queue).
     v_job_timeout_seconds := CASE WHEN p_job_timeout_seconds IS NULL THEN v_old.job_timeout_seconds
                                   ELSE NULLIF(p_job_timeout_seconds, 0) END;
+    -- The same for retention: 0 keeps finished jobs forever; a new queue gets the defaults.
+    v_keep_completed_seconds := CASE
+        WHEN p_keep_completed_seconds IS NOT NULL THEN NULLIF(p_keep_completed_seconds, 0)
+        WHEN v_old.id IS NOT NULL THEN v_old.keep_completed_seconds
+        ELSE 604800 END;
+    v_keep_dead_letters_seconds := CASE
+        WHEN p_keep_dead_letters_seconds IS NOT NULL THEN NULLIF(p_keep_dead_letters_seconds, 0)
+        WHEN v_old.id IS NOT NULL THEN v_old.keep_dead_letters_seconds
+        ELSE 2592000 END;
 
     IF v_backoff NOT IN ('fixed', 'linear', 'exponential') THEN
         RAISE EXCEPTION 'backoff must be fixed, linear or exponential, got %', quote_literal(v_backoff)
@@ -82,33 +95,49 @@ BEGIN
         RAISE EXCEPTION 'job_timeout_seconds must be positive (or 0 for none), got %', p_job_timeout_seconds
             USING ERRCODE = 'CD010';
     END IF;
+    IF p_keep_completed_seconds <> 0 AND p_keep_completed_seconds NOT BETWEEN 60 AND 315360000 THEN
+        RAISE EXCEPTION 'keep_completed_seconds must be from 60 to 315360000 (10 years), or 0 to keep forever, got %',
+                        p_keep_completed_seconds USING ERRCODE = 'CD010';
+    END IF;
+    IF p_keep_dead_letters_seconds <> 0 AND p_keep_dead_letters_seconds NOT BETWEEN 60 AND 315360000 THEN
+        RAISE EXCEPTION 'keep_dead_letters_seconds must be from 60 to 315360000 (10 years), or 0 to keep forever, got %',
+                        p_keep_dead_letters_seconds USING ERRCODE = 'CD010';
+    END IF;
 
     RETURN QUERY
     INSERT INTO codity.queues AS q
         (project_id, name, max_attempts, backoff, base_delay_ms, max_delay_ms,
-         lease_seconds, max_crashes, job_timeout_seconds)
+         lease_seconds, max_crashes, job_timeout_seconds, keep_completed_seconds,
+         keep_dead_letters_seconds)
     VALUES
         (v_project_id, p_name, v_max_attempts, v_backoff::codity.backoff_kind, v_base_delay_ms,
-         v_max_delay_ms, v_lease_seconds, v_max_crashes, v_job_timeout_seconds)
+         v_max_delay_ms, v_lease_seconds, v_max_crashes, v_job_timeout_seconds,
+         v_keep_completed_seconds, v_keep_dead_letters_seconds)
     ON CONFLICT (project_id, name) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff = EXCLUDED.backoff,
         base_delay_ms = EXCLUDED.base_delay_ms, max_delay_ms = EXCLUDED.max_delay_ms,
         lease_seconds = EXCLUDED.lease_seconds, max_crashes = EXCLUDED.max_crashes,
-        job_timeout_seconds = EXCLUDED.job_timeout_seconds, updated_at = now()
+        job_timeout_seconds = EXCLUDED.job_timeout_seconds,
+        keep_completed_seconds = EXCLUDED.keep_completed_seconds,
+        keep_dead_letters_seconds = EXCLUDED.keep_dead_letters_seconds, updated_at = now()
     RETURNING q.id, (q.xmax = 0);
 END;
 $$;
 
-COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer) IS
+COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer) IS
 'Create a queue with its retry policy, or change the settings you pass of the queue with that name.
 
 max_attempts (1..1000, default 3), backoff (fixed | linear | exponential, default
 exponential), base_delay_ms (1000) and max_delay_ms (3600000), lease_seconds (how long a
 claim lasts without a heartbeat, 30), max_crashes (how many expired leases are refunded
 before the job is dead-lettered, 5) and job_timeout_seconds (enforced by workers; none by
-default, 0 removes it). On an existing queue an argument left out keeps its value. created
+default, 0 removes it), keep_completed_seconds (how long completed and cancelled jobs and
+their executions are kept after they finish, 604800 = 7 days) and
+keep_dead_letters_seconds (dead-lettered jobs and their dead letters, 2592000 = 30 days),
+each from 60 s to 10 years, 0 to keep forever; codity.prune deletes what has aged out. On
+an existing queue an argument left out keeps its value. created
 is false when the queue already existed. Raises CD010.
 Example: SELECT * FROM codity.create_queue(''emails'', p_max_attempts => 5, p_backoff => ''exponential'');';
 
-REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer) TO codity_app;
+REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer) TO codity_app;

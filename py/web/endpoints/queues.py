@@ -33,6 +33,20 @@ class QueuePolicy(Strict):
     lease_seconds: int = Field(30, ge=1, le=86400)
     max_crashes: int = Field(5, ge=1, le=1000)
     job_timeout_seconds: int | None = Field(None, ge=1, le=2**31 - 1)
+    keep_completed_seconds: int | None = Field(
+        604_800,
+        ge=60,
+        le=315_360_000,
+        description="How long completed and cancelled jobs and their executions are kept"
+        " after they finish (7 days); null keeps them forever.",
+    )
+    keep_dead_letters_seconds: int | None = Field(
+        2_592_000,
+        ge=60,
+        le=315_360_000,
+        description="How long dead-lettered jobs and their dead letters are kept (30 days);"
+        " null keeps them forever.",
+    )
 
 
 class QueueCreate(QueuePolicy):
@@ -47,6 +61,8 @@ class QueueUpdate(Strict):
     lease_seconds: int | None = Field(None, ge=1, le=86400)
     max_crashes: int | None = Field(None, ge=1, le=1000)
     job_timeout_seconds: int | None = Field(None, ge=1, le=2**31 - 1)
+    keep_completed_seconds: int | None = Field(None, ge=60, le=315_360_000)
+    keep_dead_letters_seconds: int | None = Field(None, ge=60, le=315_360_000)
 
 
 class DeleteQuery(Strict):
@@ -63,6 +79,8 @@ class Queue(BaseModel):
     lease_seconds: int
     max_crashes: int
     job_timeout_seconds: int | None
+    keep_completed_seconds: int | None
+    keep_dead_letters_seconds: int | None
     is_paused: bool
     paused_at: dt.datetime | None
     created_at: dt.datetime
@@ -93,8 +111,8 @@ class PauseResult(BaseModel):
 
 _SELECT = """
 SELECT id, name, max_attempts, backoff::text AS backoff, base_delay_ms, max_delay_ms,
-       lease_seconds, max_crashes, job_timeout_seconds, is_paused, paused_at, created_at,
-       updated_at
+       lease_seconds, max_crashes, job_timeout_seconds, keep_completed_seconds,
+       keep_dead_letters_seconds, is_paused, paused_at, created_at, updated_at
 FROM codity.queues
 """
 
@@ -118,8 +136,20 @@ async def get_queue(call: Call[None, None]) -> dict[str, Any]:
 _CREATE = """
 SELECT queue_id, created FROM codity.create_queue(
     %(name)s, %(project_id)s, %(max_attempts)s, %(backoff)s, %(base_delay_ms)s,
-    %(max_delay_ms)s, %(lease_seconds)s, %(max_crashes)s, %(job_timeout_seconds)s)
+    %(max_delay_ms)s, %(lease_seconds)s, %(max_crashes)s, %(job_timeout_seconds)s,
+    %(keep_completed_seconds)s, %(keep_dead_letters_seconds)s)
 """
+_KEEP = ("keep_completed_seconds", "keep_dead_letters_seconds")
+
+
+def _create_args(values: Mapping[str, Any], name: str, project_id: int) -> dict[str, Any]:
+    """The arguments of codity.create_queue for a queue that is to hold ``values``: a
+    period of None (keep forever) is passed as 0, since NULL would keep the current one."""
+    args = {**values, "name": name, "project_id": project_id}
+    for key in _KEEP:
+        if args[key] is None:
+            args[key] = 0
+    return args
 
 
 async def create_queue(call: Call[QueueCreate, None]) -> dict[str, Any]:
@@ -129,7 +159,9 @@ async def create_queue(call: Call[QueueCreate, None]) -> dict[str, Any]:
     )
     if await cur.fetchone() is not None:
         raise ApiError(409, "conflict", f"queue {call.body.name!r} already exists")
-    await call.conn.execute(_CREATE, {**call.body.model_dump(), "project_id": call.project_id})
+    await call.conn.execute(
+        _CREATE, _create_args(call.body.model_dump(), call.body.name, call.project_id)
+    )
     return await _one(call, call.body.name)
 
 
@@ -139,9 +171,7 @@ async def update_queue(call: Call[QueueUpdate, None]) -> dict[str, Any]:
     if "job_timeout_seconds" in changes and changes["job_timeout_seconds"] is None:
         changes["job_timeout_seconds"] = 0  # create_queue: 0 removes the timeout, NULL keeps it
     merged = {**{k: current[k] for k in QueuePolicy.model_fields}, **changes}
-    await call.conn.execute(
-        _CREATE, {**merged, "name": current["name"], "project_id": call.project_id}
-    )
+    await call.conn.execute(_CREATE, _create_args(merged, current["name"], call.project_id))
     return await _one(call, current["name"])
 
 
