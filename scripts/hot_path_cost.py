@@ -7,7 +7,9 @@ the same files at a git ref.
 
 Two scratch databases, both migrated from this checkout; in the second, every file of
 sql/functions/ as it was at ``ref`` (HEAD by default: the working tree's changes against
-the last commit) is re-applied on top. Each round drives both, in turn (the order
+the last commit) is re-applied on top. A ``ref`` of the form ``sql:<statements>`` runs
+those statements in the second database instead, to weigh a schema change (``sql:DROP
+INDEX codity.jobs_finished_idx``: what that index costs). Each round drives both, in turn (the order
 alternating), through three drives on one autocommit connection, ``jobs`` jobs each (2,000 by
 default):
 
@@ -114,7 +116,9 @@ def main() -> None:
             conn = stack.enter_context(
                 psycopg.connect(stack.enter_context(scratch_database(URL, "hot_path")),
                                 autocommit=True))  # fmt: skip
-            if name == REF:
+            if name == REF and REF.startswith("sql:"):
+                conn.execute(REF.removeprefix("sql:").encode())
+            elif name == REF:
                 _apply_ref(conn)
             conn.execute("SELECT codity.create_queue('q')")
             conns[name] = conn
@@ -127,7 +131,7 @@ def main() -> None:
         for (drive, name), runs in found.items():
             cpu = statistics.median(r[0] for r in runs)
             wall = statistics.median(r[1] for r in runs)
-            print(f"{drive:15} {name:>8}: {cpu:7.1f} µs CPU, {wall:7.1f} µs wall per job")
+            print(f"{drive:15} {name[:30]:>30}: {cpu:7.1f} µs CPU, {wall:7.1f} µs wall per job")
 
 
 if __name__ == "__main__":

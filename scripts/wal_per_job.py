@@ -39,6 +39,7 @@ _FULL_GIN = ("CREATE INDEX jobs_payload_idx ON codity.jobs"
              " USING gin (payload jsonb_path_ops) WITH (fastupdate = off)")  # fmt: skip
 VARIANTS: list[tuple[str, list[str]]] = [
     ("as migrated", []),
+    ("without jobs_finished_idx (before 0021)", ["DROP INDEX codity.jobs_finished_idx"]),
     ("without jobs_payload_idx (GIN)", ["DROP INDEX codity.jobs_payload_idx"]),
     ("GIN on held jobs too (before 0017)", ["DROP INDEX codity.jobs_payload_idx", _FULL_GIN]),
     ("executions referencing their queue (0018)", [
