@@ -218,6 +218,7 @@ READONLY_REFERENCE_TABLES = {"job_transitions", "settings", "rollup_state"}
 READONLY_OPERATIONAL_TABLES = {
     "queues",
     "queue_minutes",
+    "queue_totals",
     "jobs",
     "job_executions",
     "dead_letters",

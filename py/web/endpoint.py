@@ -60,6 +60,8 @@ class Endpoint:
     in_schema: bool = True
     raw: bool = False
     """The handler returns a Starlette Response itself (docs pages, openapi.json)."""
+    media_type: str | None = None
+    """A raw route's success body, for the OpenAPI document (text, not the JSON envelope)."""
     uses_db: bool = True
     """False: no transaction is opened (liveness, docs), so the route answers without a database."""
 

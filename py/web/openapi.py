@@ -140,6 +140,11 @@ def openapi_document(entries: Sequence[Endpoint], *, version: str) -> dict[str, 
         ref = {"$ref": _REF.format(model=entry.response.__name__)} if entry.response else None
         if entry.status == 204:
             responses["204"] = {"description": "Done; no body"}
+        elif entry.media_type is not None:
+            responses[str(entry.status)] = {
+                "description": "Success",
+                "content": {entry.media_type: {"schema": {"type": "string"}}},
+            }
         else:
             responses[str(entry.status)] = {
                 "description": "Success",

@@ -18,6 +18,7 @@ from codity.web.endpoints import (
     jobs,
     jobs_bulk,
     members,
+    metrics,
     orgs,
     overview,
     queues,
@@ -43,4 +44,5 @@ ALL_ROUTES: tuple[Endpoint, ...] = (
     *orgs.ROUTES,
     *members.ROUTES,
     *api_keys.ROUTES,
+    *metrics.ROUTES,
 )

@@ -6,7 +6,9 @@
 -- minute is closed 15 seconds after it ends, so a call that took its time to commit is
 -- still counted (finished_at is its transaction's start). At most one hour is rolled per
 -- call; a scheduler that was down catches up an hour per tick. Rows older than
--- rollup_state.keep are deleted.
+-- rollup_state.keep are deleted. The same minutes' executions completed, failed and reaped
+-- and jobs dead-lettered are added to codity.queue_totals, which only grows: the Prometheus
+-- counters (migration 0022) read it, as the rows it was counted from are pruned.
 -- Locks: the one rollup_state row, FOR UPDATE SKIP LOCKED, so of several schedulers
 -- exactly one rolls a minute up and none waits. Cheap when nothing is due (one read).
 -- Caller: codity.tick.
@@ -71,6 +73,29 @@ BEGIN
                 running = excluded.running;
     END IF;
 
+    INSERT INTO codity.queue_totals AS t (queue_id, project_id, completed, failed, reaped,
+                                          dead_lettered)
+    SELECT q.id, q.project_id, coalesce(x.completed, 0), coalesce(x.failed, 0),
+           coalesce(x.reaped, 0), coalesce(d.dead_lettered, 0)
+    FROM codity.queues q
+    LEFT JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE e.status = 'completed') AS completed,
+               count(*) FILTER (WHERE e.status = 'failed') AS failed,
+               count(*) FILTER (WHERE e.status = 'reaped') AS reaped
+        FROM codity.job_executions e
+        WHERE e.queue_id = q.id AND e.finished_at >= v_from AND e.finished_at < v_until
+    ) x ON true
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS dead_lettered
+        FROM codity.dead_letters l
+        WHERE l.queue_id = q.id AND l.dead_at >= v_from AND l.dead_at < v_until
+    ) d ON true
+    WHERE x.completed + x.failed + x.reaped + d.dead_lettered > 0
+    ON CONFLICT (queue_id) DO UPDATE
+        SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed,
+            reaped = t.reaped + excluded.reaped,
+            dead_lettered = t.dead_lettered + excluded.dead_lettered;
+
     DELETE FROM codity.queue_minutes WHERE minute < v_due - v_state.keep;
     UPDATE codity.rollup_state SET rolled_until = v_until, updated_at = p_now;
     v_minutes := (extract(epoch FROM v_until - v_from) / 60)::integer;
@@ -80,8 +105,9 @@ $$;
 
 COMMENT ON FUNCTION codity.roll_up(timestamptz) IS
 'Roll the minutes that ended (15 s ago or more) into codity.queue_minutes: per queue,
-executions completed and failed, jobs dead-lettered, and the latest depth sample; delete
-rows older than rollup_state.keep. Returns how many minutes it rolled (0: nothing due, or
+executions completed and failed, jobs dead-lettered, and the latest depth sample; add the
+same minutes to codity.queue_totals (with executions reaped); delete rows older than
+rollup_state.keep. Returns how many minutes it rolled (0: nothing due, or
 another caller is at it). codity.tick calls it; safe to call from several sessions.
 Example: SELECT codity.roll_up();';
 

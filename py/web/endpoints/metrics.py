@@ -1,0 +1,263 @@
+"""``GET /api/v1/metrics``: the project's queues and workers in the Prometheus text format.
+
+Every figure is read from the database at scrape time, so any number of web replicas report
+the same truth and nothing is kept in the process. Nothing is written, on the job hot path
+or anywhere. The credential decides the project, as for every project route: an API key
+(``Authorization: Bearer cdy_...``, viewer role is enough) is what a Prometheus scrape job
+carries. Labels are queue names, job states, worker liveness and quantiles only: never a
+payload value, a task argument or an email.
+
+- **Jobs by state** (``codity_queue_jobs``, gauge): claimable (queued and due), scheduled
+  (delayed, retries waiting out their backoff, or queued for later) and running (claimed
+  or running), exact counts, each through its own partial index. The finished states are
+  counters instead.
+- **Counters** (``codity_executions_completed_total``, ``..._failed_total``,
+  ``..._reaped_total``, ``codity_jobs_dead_lettered_total``): codity.queue_totals (added to
+  by codity.roll_up, minute by minute, never decreasing; migration 0022) plus what finished
+  since ``rollup_state.rolled_until``, counted live. Retention (codity.prune) deletes
+  nothing after ``rolled_until``, so pruning never lowers a counter.
+- **Durations over a recent window** (``codity_execution_duration_seconds`` from start to
+  finish, ``codity_queue_wait_seconds`` from due to claimed; gauges with a ``quantile``
+  label): the executions that finished in the last five minutes, at most the 10,000
+  latest per queue. A quantile is absent when the window is empty.
+- **Workers** (``codity_workers``, by liveness alive / stale / dead, as GET /workers
+  defines them), **fence rejections** (``codity_fence_rejections_total``), the oldest
+  claimable job's age and whether the queue is paused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.responses import Response
+
+from codity.web.access import Role, Scope
+from codity.web.call import Call
+from codity.web.endpoint import Endpoint
+
+__all__ = ["CONTENT_TYPE", "ROUTES", "WINDOW_SECONDS"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+WINDOW_SECONDS = 300
+_WINDOW_ROWS = 10_000
+QUANTILES = (0.5, 0.9, 0.99)
+LIVE_STATES = ("claimable", "scheduled", "running")
+
+# Per queue: exact counts of the states that change, each one index range (the partial
+# indexes of migrations 0001 and 0010; under row-level security only a partial index
+# serves a state), and the age of the oldest claimable job from codity.queue_depths with a
+# cap of 1 (its loose index scan finds the oldest without a sort; the counts it also makes
+# stop at one row).
+_QUEUES = """
+SELECT q.id, q.name, q.is_paused,
+       (SELECT count(*) FROM codity.jobs j
+        WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at <= now()) AS claimable,
+       (SELECT count(*) FROM codity.jobs j
+        WHERE j.queue_id = q.id AND j.status = 'scheduled')
+       + (SELECT count(*) FROM codity.jobs j
+          WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at > now()) AS scheduled,
+       (SELECT count(*) FROM codity.jobs j
+        WHERE j.queue_id = q.id AND j.status IN ('claimed', 'running')) AS running,
+       extract(epoch FROM now() - d.oldest_claimable_at)::float8 AS oldest_claimable_seconds,
+       coalesce(t.completed, 0) + live.completed AS completed,
+       coalesce(t.failed, 0) + live.failed AS failed,
+       coalesce(t.reaped, 0) + live.reaped AS reaped,
+       coalesce(t.dead_lettered, 0)
+       + (SELECT count(*) FROM codity.dead_letters l
+          WHERE l.queue_id = q.id AND l.dead_at >= s.since) AS dead_lettered
+FROM codity.queues q
+CROSS JOIN (SELECT coalesce(r.rolled_until, '-infinity') AS since FROM codity.rollup_state r) s
+LEFT JOIN codity.queue_totals t ON t.queue_id = q.id
+LEFT JOIN codity.queue_depths(%(project_id)s, p_cap => 1) d ON d.queue_id = q.id
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE x.status = 'completed') AS completed,
+           count(*) FILTER (WHERE x.status = 'failed') AS failed,
+           count(*) FILTER (WHERE x.status = 'reaped') AS reaped
+    FROM codity.job_executions x
+    WHERE x.queue_id = q.id AND x.finished_at >= s.since
+) live
+WHERE q.project_id = %(project_id)s
+ORDER BY q.name
+"""
+
+# The latest executions of each queue that finished in the window; the wait is from the
+# job's run_at (when it became due; for a retry, when its backoff ended) to the claim.
+_WINDOW = """
+SELECT q.name, w.quantile,
+       percentile_cont(w.quantile) WITHIN GROUP (ORDER BY r.run_seconds) AS run_seconds,
+       percentile_cont(w.quantile) WITHIN GROUP (ORDER BY r.wait_seconds) AS wait_seconds
+FROM codity.queues q
+CROSS JOIN LATERAL (
+    SELECT extract(epoch FROM x.finished_at - x.started_at)::float8 AS run_seconds,
+           greatest(0, extract(epoch FROM x.claimed_at - j.run_at))::float8 AS wait_seconds
+    FROM codity.job_executions x
+    LEFT JOIN codity.jobs j ON j.queue_id = x.queue_id AND j.id = x.job_id
+    WHERE x.queue_id = q.id
+      AND x.finished_at >= now() - pg_catalog.make_interval(secs => %(window)s)
+    ORDER BY x.finished_at DESC
+    LIMIT %(rows)s
+) r
+CROSS JOIN unnest(%(quantiles)s::float8[]) AS w (quantile)
+WHERE q.project_id = %(project_id)s
+GROUP BY q.name, w.quantile
+ORDER BY q.name, w.quantile
+"""
+
+# GET /workers' liveness rule: dead once silent past worker_dead_after (or swept), stale
+# once silent for two of its own heartbeats; stopped workers are not counted.
+_WORKERS = """
+SELECT l.liveness, count(*) AS workers
+FROM codity.workers w
+CROSS JOIN LATERAL (
+    SELECT CASE
+        WHEN w.status = 'dead' OR w.last_heartbeat_at < now() - st.worker_dead_after
+            THEN 'dead'
+        WHEN w.last_heartbeat_at
+             < now() - pg_catalog.make_interval(secs => 2 * w.heartbeat_seconds)
+            THEN 'stale'
+        ELSE 'alive'
+    END AS liveness
+    FROM codity.settings st
+) l
+WHERE w.project_id = %(project_id)s AND w.status <> 'stopped'
+GROUP BY l.liveness
+"""
+
+_FENCE_REJECTIONS = """
+SELECT coalesce(q.name, '') AS queue, count(*) AS rejections
+FROM codity.fence_rejections f
+LEFT JOIN codity.queues q ON q.id = f.queue_id
+WHERE f.project_id = %(project_id)s
+GROUP BY 1
+ORDER BY 1
+"""
+
+
+class _Scrape(Collector):
+    """The rows read for one scrape, as metric families."""
+
+    def __init__(
+        self,
+        queues: Sequence[Mapping[str, Any]],
+        window: Sequence[Mapping[str, Any]],
+        workers: Mapping[str, int],
+        rejections: Sequence[Mapping[str, Any]],
+    ) -> None:
+        self.queues, self.window, self.workers, self.rejections = (
+            queues,
+            window,
+            workers,
+            rejections,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._queue_gauges()
+        yield from self._counters()
+        yield from self._durations()
+        alive = GaugeMetricFamily(
+            "codity_workers", "Workers registered and not stopped, by liveness", labels=["state"]
+        )
+        for state in ("alive", "stale", "dead"):
+            alive.add_metric([state], self.workers.get(state, 0))
+        yield alive
+        rejected = CounterMetricFamily(
+            "codity_fence_rejections",
+            "Calls refused because their fence was stale (a worker that lost its lease)",
+            labels=["queue"],
+        )
+        for row in self.rejections:
+            rejected.add_metric([row["queue"]], row["rejections"])
+        yield rejected
+
+    def _queue_gauges(self) -> Iterable[Metric]:
+        jobs = GaugeMetricFamily(
+            "codity_queue_jobs", "Jobs in each state that changes, exact", labels=["queue", "state"]
+        )
+        oldest = GaugeMetricFamily(
+            "codity_queue_oldest_claimable_age_seconds",
+            "How long the oldest claimable job has been due (0: none waiting)",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "codity_queue_paused", "1 while the queue is paused", labels=["queue"]
+        )
+        for row in self.queues:
+            for state in LIVE_STATES:
+                jobs.add_metric([row["name"], state], row[state])
+            oldest.add_metric([row["name"]], max(0.0, row["oldest_claimable_seconds"] or 0.0))
+            paused.add_metric([row["name"]], 1 if row["is_paused"] else 0)
+        return (jobs, oldest, paused)
+
+    def _counters(self) -> Iterable[Metric]:
+        families = (
+            ("codity_executions_completed", "Executions that completed", "completed"),
+            ("codity_executions_failed", "Executions that failed (retried or not)", "failed"),
+            ("codity_executions_reaped", "Executions whose lease expired (reaped)", "reaped"),
+            ("codity_jobs_dead_lettered", "Jobs moved to the dead letters", "dead_lettered"),
+        )
+        for name, documentation, column in families:
+            family = CounterMetricFamily(name, documentation, labels=["queue"])
+            for row in self.queues:
+                family.add_metric([row["name"]], row[column])
+            yield family
+
+    def _durations(self) -> Iterable[Metric]:
+        window = f"executions finished in the last {WINDOW_SECONDS} s, at most {_WINDOW_ROWS:,}"
+        run = GaugeMetricFamily(
+            "codity_execution_duration_seconds",
+            f"Execution time, start to finish, quantiles over the {window}",
+            labels=["queue", "quantile"],
+        )
+        wait = GaugeMetricFamily(
+            "codity_queue_wait_seconds",
+            f"Time from due to claimed, quantiles over the {window}",
+            labels=["queue", "quantile"],
+        )
+        for row in self.window:
+            labels = [row["name"], f"{row['quantile']:g}"]
+            if row["run_seconds"] is not None:
+                run.add_metric(labels, row["run_seconds"])
+            if row["wait_seconds"] is not None:
+                wait.add_metric(labels, row["wait_seconds"])
+        return (run, wait)
+
+
+async def _rows(call: Call[None, None], query: str, params: Mapping[str, Any]) -> list[Any]:
+    cur = await call.conn.execute(query, params)
+    return list(await cur.fetchall())
+
+
+async def metrics(call: Call[None, None]) -> Response:
+    project = {"project_id": call.project_id}
+    window = {**project, "window": WINDOW_SECONDS, "rows": _WINDOW_ROWS,
+              "quantiles": list(QUANTILES)}  # fmt: skip
+    workers = {r["liveness"]: int(r["workers"]) for r in await _rows(call, _WORKERS, project)}
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        _Scrape(
+            await _rows(call, _QUEUES, project),
+            await _rows(call, _WINDOW, window),
+            workers,
+            await _rows(call, _FENCE_REJECTIONS, project),
+        )
+    )
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+
+
+ROUTES = [
+    Endpoint(
+        "GET",
+        "/api/v1/metrics",
+        Scope.PROJECT,
+        metrics,
+        "The project's queues and workers in the Prometheus text format",
+        "metrics",
+        min_role=Role.VIEWER,
+        raw=True,
+        media_type=CONTENT_TYPE,
+    ),
+]
