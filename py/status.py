@@ -1,4 +1,5 @@
-"""``codity status``: queues, workers and schedules at a glance, from the overview views."""
+"""``codity status``: queues, workers and schedules at a glance, from the overview views,
+and the database's health (codity.health: what quietly stops a queue) with every alarm."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ SELECT name, queue, cron, time_zone, is_paused, next_run_at::text AS next_run_at
 FROM codity.schedule_overview ORDER BY project_id, name
 """
 
+_HEALTH = "SELECT check_name, value, threshold, alarm, detail FROM codity.health()"
+
 
 def collect_status(url: str) -> dict[str, list[dict[str, Any]]]:
     with psycopg.connect(url, row_factory=dict_row) as conn:
@@ -35,6 +38,7 @@ def collect_status(url: str) -> dict[str, list[dict[str, Any]]]:
             "queues": conn.execute(_QUEUES).fetchall(),
             "workers": conn.execute(_WORKERS).fetchall(),
             "schedules": conn.execute(_SCHEDULES).fetchall(),
+            "health": conn.execute(_HEALTH).fetchall(),
         }
 
 
@@ -84,4 +88,13 @@ def render_status(status: dict[str, list[dict[str, Any]]], *, as_json: bool = Fa
             for s in status["schedules"]
         ],
     )  # fmt: skip
-    return f"Queues\n{queues}\n\nWorkers\n{workers}\n\nSchedules\n{schedules}"
+    alarms = [h for h in status["health"] if h["alarm"]]
+    health = "no alarm" if not alarms else _table(
+        ["ALARM", "value", "threshold", "detail"],
+        [[h["check_name"], f"{h['value']:g}", f"{h['threshold']:g}", h["detail"]]
+         for h in alarms],
+    )  # fmt: skip
+    return (
+        f"Queues\n{queues}\n\nWorkers\n{workers}\n\nSchedules\n{schedules}\n\n"
+        f'Health (docs/RUNBOOK.md, "Health alarms")\n{health}'
+    )

@@ -70,6 +70,8 @@ def pg_server_url() -> Iterator[str]:
             "synchronous_commit=off",
             "full_page_writes=off",
             "max_connections=200",
+            # tests/test_health.py prepares a transaction to prove the check that finds one.
+            "max_prepared_transactions=10",
         ],
     )
     server.start()

@@ -228,6 +228,7 @@ _WORKER = (
 
 _READ = (
     Call("backoff_delay", "SELECT codity.backoff_delay('linear', 500, 60000, 2, 0.5)"),
+    Call("health", "SELECT check_name, alarm FROM codity.health()"),
     Call(
         "get_job",
         "SELECT * FROM codity.get_job(%(job)s)",
@@ -313,6 +314,7 @@ _APP = (
     Call("tick", "SELECT * FROM codity.tick({now_only})"),
     Call("roll_up", "SELECT codity.roll_up({now_only})"),
     Call("prune", "SELECT * FROM codity.prune({now_only})"),
+    Call("health", "SELECT check_name, alarm FROM codity.health()"),
     Call(
         "rate_limit_hit",
         "SELECT * FROM codity.rate_limit_hit('auth:ip:10.0.0.7', 5, interval '15 minutes'{now})",

@@ -127,13 +127,16 @@ def test_a_credential_sees_its_own_project_only(db_url: str, conn: psycopg.Conne
     assert refused.json()["error"]["code"] == "unauthorized"
 
 
-def test_labels_are_queues_states_and_quantiles_only(db_url: str, conn: psycopg.Connection) -> None:
+def test_labels_are_queues_states_quantiles_and_checks_only(
+    db_url: str, conn: psycopg.Connection
+) -> None:
     _, key = _project_with_jobs(conn)
     with web_client(db_url) as client:
         samples = _scrape(client, key)
     names = {name for name, _ in samples}
     assert all(name.startswith("codity_") for name in names)
-    assert {k for _, labels in samples for k, _ in labels} <= {"queue", "state", "quantile"}
+    assert {k for _, labels in samples for k, _ in labels} <= {"queue", "state", "quantile",
+                                                              "check"}  # fmt: skip
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.ADMIN])

@@ -23,6 +23,10 @@ payload value, a task argument or an email.
 - **Workers** (``codity_workers``, by liveness alive / stale / dead, as GET /workers
   defines them), **fence rejections** (``codity_fence_rejections_total``), the oldest
   claimable job's age and whether the queue is paused.
+- **Health** (``codity_db_<check>`` and ``codity_health_alarm{check}``): codity.health's
+  checks of the database as a whole (what holds vacuum back, the NOTIFY queue, bloat,
+  replication slots). Installation-wide figures with no tenant data in them, so every
+  project's credential sees them.
 """
 
 from __future__ import annotations
@@ -127,6 +131,17 @@ WHERE w.project_id = %(project_id)s AND w.status <> 'stopped'
 GROUP BY l.liveness
 """
 
+_HEALTH = "SELECT check_name, value, alarm FROM codity.health()"
+HEALTH_HELP = {
+    "oldest_transaction_seconds": "Age of the oldest open transaction of the database",
+    "idle_in_transaction_sessions": "Sessions idle inside a transaction for over 30 s",
+    "prepared_transaction_oldest_seconds": "Age of the oldest prepared (two-phase) transaction",
+    "notify_queue_usage_ratio": "Share of the NOTIFY queue in use (full: enqueues fail)",
+    "jobs_dead_tuples": "Dead row versions in codity.jobs not yet vacuumed",
+    "claim_index_bytes_per_entry": "Size of the claim index over its entries (bloat)",
+    "replication_slot_retained_bytes": "WAL kept on disk by the most demanding slot",
+}
+
 _FENCE_REJECTIONS = """
 SELECT coalesce(q.name, '') AS queue, count(*) AS rejections
 FROM codity.fence_rejections f
@@ -146,13 +161,10 @@ class _Scrape(Collector):
         window: Sequence[Mapping[str, Any]],
         workers: Mapping[str, int],
         rejections: Sequence[Mapping[str, Any]],
+        health: Sequence[Mapping[str, Any]],
     ) -> None:
-        self.queues, self.window, self.workers, self.rejections = (
-            queues,
-            window,
-            workers,
-            rejections,
-        )
+        self.queues, self.window, self.workers = queues, window, workers
+        self.rejections, self.health = rejections, health
 
     def collect(self) -> Iterator[Metric]:
         yield from self._queue_gauges()
@@ -172,6 +184,20 @@ class _Scrape(Collector):
         for row in self.rejections:
             rejected.add_metric([row["queue"]], row["rejections"])
         yield rejected
+        yield from self._health()
+
+    def _health(self) -> Iterable[Metric]:
+        alarms = GaugeMetricFamily(
+            "codity_health_alarm",
+            "1 while a check of codity.health is past its threshold (docs/RUNBOOK.md)",
+            labels=["check"],
+        )
+        for row in self.health:
+            name = row["check_name"]
+            help_text = HEALTH_HELP.get(name, name)
+            yield GaugeMetricFamily(f"codity_db_{name}", help_text, value=row["value"])
+            alarms.add_metric([row["check_name"]], 1 if row["alarm"] else 0)
+        yield alarms
 
     def _queue_gauges(self) -> Iterable[Metric]:
         jobs = GaugeMetricFamily(
@@ -243,6 +269,7 @@ async def metrics(call: Call[None, None]) -> Response:
             await _rows(call, _WINDOW, window),
             workers,
             await _rows(call, _FENCE_REJECTIONS, project),
+            await _rows(call, _HEALTH, {}),
         )
     )
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

@@ -90,6 +90,13 @@ class QueueCounts(Counts):
     problems: list[Problem]
 
 
+class HealthAlarm(BaseModel):
+    check: str
+    value: float
+    threshold: float
+    detail: str
+
+
 class Overview(BaseModel):
     queues: list[QueueCounts]
     totals: Counts
@@ -98,6 +105,9 @@ class Overview(BaseModel):
     dead_letters_unreplayed: int
     dead_letters_unreplayed_capped: bool
     rolled_until: dt.datetime | None
+    health: list[HealthAlarm]
+    """The checks of codity.health past their threshold: the database as a whole, not only
+    this project (docs/RUNBOOK.md, "Health alarms"); empty when all is well."""
 
 
 _PROJECT = """
@@ -215,6 +225,11 @@ def _point(minute: dt.datetime, counts: tuple[int, int] | None) -> dict[str, Any
     return {"minute": minute, "completed": completed, "failed": failed}
 
 
+_ALARMS = """
+SELECT check_name AS check, value, threshold, detail FROM codity.health() WHERE alarm
+"""
+
+
 async def overview(call: Call[None, None]) -> dict[str, Any]:
     conn = call.conn
     params: dict[str, Any] = {"project_id": call.project_id}
@@ -272,6 +287,7 @@ async def overview(call: Call[None, None]) -> dict[str, Any]:
     totals: dict[str, Any] = {key: sum(q[key] for q in queues) for key in (*COUNTED, "total")}
     totals["capped"] = [s for s in COUNTED if any(s in q["capped"] for q in queues)]
     unreplayed = int(project["dead_letters_unreplayed"])
+    cur = await conn.execute(_ALARMS)
     return {
         "queues": queues,
         "totals": totals,
@@ -280,6 +296,7 @@ async def overview(call: Call[None, None]) -> dict[str, Any]:
         "dead_letters_unreplayed": unreplayed,
         "dead_letters_unreplayed_capped": unreplayed >= cap,
         "rolled_until": rolled_until,
+        "health": [dict(r) for r in await cur.fetchall()],
     }
 
 
