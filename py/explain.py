@@ -76,7 +76,7 @@ def claim_select() -> str:
     if not found:
         raise ValueError("no `picked AS MATERIALIZED (...)` CTE in sql/functions/claim.sql")
     body = " ".join(found["body"].split())
-    binds = (("v_queue.id", "$1"), ("p_now", "$2"), ("p_limit", "$3"), ("p_suspects", "true"))
+    binds = (("v_queue.id", "$1"), ("p_now", "$2"), ("v_room", "$3"), ("p_suspects", "true"))
     for variable, param in binds:
         body = re.sub(rf"\b{re.escape(variable)}\b", param, body)
     if re.search(r"\b[pv]_\w+", body):

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from typing import Any
 
 import psycopg
@@ -91,6 +92,15 @@ async def _wait_told(ctx: JobContext, gate: str | None, timeout_s: float) -> str
 async def sleep(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
     await asyncio.sleep(float(payload.get("seconds", 0)))
     return {"pid": os.getpid()}
+
+
+@registry.task("fault.timed")
+async def timed(payload: dict[str, Any], ctx: JobContext) -> dict[str, float]:
+    """Sleep, and say when the handler began and ended (the wall clock): the overlaps of
+    these intervals are what a concurrency limit bounds."""
+    began = time.time()
+    await asyncio.sleep(float(payload.get("seconds", 0)))
+    return {"began": began, "ended": time.time()}
 
 
 @registry.task("fault.hold")

@@ -40,8 +40,8 @@ class Patch:
 _NAIVE_CLAIM = (
     Patch(
         "claim.sql",
-        "        LIMIT p_limit\n        FOR UPDATE SKIP LOCKED\n    )\n",
-        "        LIMIT p_limit  -- FAULT naive_claim: read without locking ...\n    )\n",
+        "        LIMIT v_room\n        FOR UPDATE SKIP LOCKED\n    )\n",
+        "        LIMIT v_room  -- FAULT naive_claim: read without locking ...\n    )\n",
     ),
     Patch(
         "claim.sql",

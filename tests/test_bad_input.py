@@ -489,6 +489,20 @@ CASES = [
         ("keep_dead_letters_seconds", "-1"),
     ),
     Case(
+        "queue-max-running-negative",
+        "SELECT * FROM codity.create_queue('q', p_max_running => -3)",
+        "CD010",
+        InvalidInput,
+        ("max_running", "-3"),
+    ),
+    Case(
+        "queue-rate-period-too-long",
+        "SELECT * FROM codity.create_queue('q', p_rate_limit => 5, p_rate_period_seconds => 86401)",
+        "CD010",
+        InvalidInput,
+        ("rate_period_seconds", "86401"),
+    ),
+    Case(
         "schedule-priority-out-of-range",
         "SELECT * FROM codity.create_schedule('s', 'emails', '* * * * *', 't', p_priority => 5000)",
         "CD010",

@@ -122,7 +122,8 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.cron_validate(text,text)",
     "codity.complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
-    "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer,integer,integer)",
+    "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer,integer,"
+    "integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
     "timestamp with time zone)",
     "codity.delete_project(bigint)",
@@ -219,6 +220,7 @@ READONLY_OPERATIONAL_TABLES = {
     "queues",
     "queue_minutes",
     "queue_totals",
+    "queue_limiters",
     "jobs",
     "job_executions",
     "dead_letters",

@@ -89,11 +89,11 @@ def test_every_role_reads_the_queue_pages_and_only_admins_get_pause(
     assert '<link rel="stylesheet" href="/static/queues.css">' in detail
     forms = _posts(detail)
     if role >= Role.ADMIN:
-        assert forms == {"/queues/emails/pause"}
+        assert forms == {"/queues/emails/pause", "/queues/emails/limits"}
         form = detail.split('action="/queues/emails/pause"', 1)[1].split("</form>", 1)[0]
         assert 'name="csrf"' in form and "data-confirm" in detail
     else:
-        assert forms == set(), "members and viewers get no pause or resume control"
+        assert forms == set(), "members and viewers get no pause, resume or limits control"
     assert _posts(listing) == set()
 
 
@@ -108,7 +108,9 @@ def test_an_admin_pauses_and_resumes_a_queue_through_the_dashboard(
         resumed = session.post("/queues/emails/resume")
     assert paused.status_code == 303 and paused.headers["location"] == "/queues/emails"
     assert after_pause is True
-    assert _posts(page) == {"/queues/emails/resume"}, "a paused queue offers resume"
+    assert _posts(page) == {"/queues/emails/resume", "/queues/emails/limits"}, (
+        "a paused queue offers resume"
+    )
     assert '<span class="badge warn">paused</span>' in page
     assert resumed.status_code == 303
     assert _paused(conn, tenant) is False

@@ -36,7 +36,9 @@ from tests.sqlapi import make_project
 
 Conn = psycopg.Connection[TupleRow]
 
-JOB_TABLES = frozenset({"jobs", "job_executions", "dead_letters", "queue_minutes", "queue_totals"})
+JOB_TABLES = frozenset(
+    {"jobs", "job_executions", "dead_letters", "queue_minutes", "queue_totals", "queue_limiters"}
+)
 # Tables with a queue_id that stay off the distributed side, and why.
 SMALL_QUEUE_KEYED = {
     # One row per schedule, read by the scheduler across queues: a reference table.

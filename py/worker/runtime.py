@@ -42,6 +42,7 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -54,6 +55,7 @@ from codity.backoff import Backoff, server_address
 from codity.db.errors import TRANSIENT, CodityError, WorkerNotActive, translate
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
+from codity.worker.limits import Limits
 from codity.worker.listener import Listener
 from codity.worker.registry import Registry, Task
 from codity.worker.reporter import Reporter
@@ -117,6 +119,8 @@ class Worker:
         self.config = config
         self.worker_id: int | None = None
         self._queue_ids: dict[str, int] = {}
+        self._limits: dict[str, Limits] = {}
+        self._retry_at: float | None = None  # loop time: a limited queue may have room again
         self._server = server_address(url)
         self._pool: AsyncConnectionPool | None = None
         self._running: dict[int, _Running] = {}
@@ -188,11 +192,15 @@ class Worker:
         return int(rows[0]["id"])
 
     async def _resolve_queues(self) -> dict[str, int]:
-        """The ids of the queues this worker serves, looked up once: the calls that write
-        job rows take the queue's id (DESIGN.md, "Room to scale out", rule 1)."""
+        """The ids of the queues this worker serves: the calls that write job rows take the
+        queue's id (DESIGN.md, "Room to scale out", rule 1). Their limits come with them,
+        and are read again with every heartbeat, so a limit set later is followed."""
         rows = await self._call(
-            "SELECT queue_id, queue FROM codity.worker_queues(%s)", [self.worker_id]
+            "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds"
+            " FROM codity.worker_queues(%s)",
+            [self.worker_id],
         )
+        self._limits = {row["queue"]: Limits.of(row) for row in rows}
         return {row["queue"]: int(row["queue_id"]) for row in rows}
 
     async def _deregister(self) -> None:
@@ -234,9 +242,12 @@ class Worker:
                 await self._heartbeat_safely()
                 await backoff.wait(server=self._server, stop=stop)
                 continue
-            if claimed and self._room() > 0:
+            if claimed and self._room() > 0 and self._retry_at is None:
                 continue
             poll = self.config.poll_s * random.uniform(0.8, 1.2)
+            if self._retry_at is not None:  # a limited queue came back short
+                poll = min(poll, max(0.0, self._retry_at - asyncio.get_running_loop().time()))
+                self._retry_at = None
             await _wait_any(stop, self._wake, timeout=poll)
 
     def _room(self) -> int:
@@ -276,6 +287,12 @@ class Worker:
         )
         for job in jobs:
             self._accept(queue, job)
+        limits = self._limits.get(queue)
+        if len(jobs) < limit and limits is not None and limits.limited:
+            wait = limits.retry_after(time.time())
+            if wait is not None:
+                at = asyncio.get_running_loop().time() + wait
+                self._retry_at = at if self._retry_at is None else min(self._retry_at, at)
         return len(jobs)
 
     def _accept(self, queue: str, job: ClaimedJob) -> None:
@@ -351,10 +368,12 @@ class Worker:
             await self._heartbeat_safely()
 
     async def _heartbeat_safely(self) -> None:
-        """One heartbeat; a lost connection is only logged (the next one will do)."""
+        """One heartbeat, and the queues' limits read again; a lost connection is only
+        logged (the next one will do)."""
         assert self.worker_id is not None
         try:
             await self._reporter.heartbeat(self.worker_id, self._held())
+            await self._resolve_queues()
         except TRANSIENT as exc:
             log.warning("heartbeat failed (%s)", type(exc).__name__)
         except CodityError as exc:  # CD005: someone deregistered this worker

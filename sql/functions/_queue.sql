@@ -23,7 +23,10 @@ CREATE OR REPLACE FUNCTION codity._queue(
     OUT base_delay_ms integer,
     OUT max_delay_ms integer,
     OUT lease_seconds integer,
-    OUT job_timeout_seconds integer
+    OUT job_timeout_seconds integer,
+    OUT max_running integer,
+    OUT rate_limit integer,
+    OUT rate_period_seconds integer
 )
 LANGUAGE plpgsql
 STABLE
@@ -36,9 +39,11 @@ BEGIN
     -- One query for the common case, the default project included; only a miss asks why,
     -- in the order the checks always ran: the project (CD002), the name, the queue.
     SELECT q.id, q.name, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
-           q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds
+           q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds,
+           q.max_running, q.rate_limit, q.rate_period_seconds
     INTO id, name, project_id, is_paused, max_attempts, max_crashes, backoff,
-         base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds
+         base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds,
+         max_running, rate_limit, rate_period_seconds
     FROM codity.queues q
     WHERE q.name = p_queue
       AND q.project_id = coalesce(p_project_id,
@@ -78,7 +83,10 @@ CREATE OR REPLACE FUNCTION codity._queue(
     OUT base_delay_ms integer,
     OUT max_delay_ms integer,
     OUT lease_seconds integer,
-    OUT job_timeout_seconds integer
+    OUT job_timeout_seconds integer,
+    OUT max_running integer,
+    OUT rate_limit integer,
+    OUT rate_period_seconds integer
 )
 LANGUAGE plpgsql
 STABLE
@@ -90,9 +98,11 @@ BEGIN
         RAISE EXCEPTION 'queue id must not be NULL' USING ERRCODE = 'CD010';
     END IF;
     SELECT q.id, q.name, q.project_id, q.is_paused, q.max_attempts, q.max_crashes, q.backoff,
-           q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds
+           q.base_delay_ms, q.max_delay_ms, q.lease_seconds, q.job_timeout_seconds,
+           q.max_running, q.rate_limit, q.rate_period_seconds
     INTO id, name, project_id, is_paused, max_attempts, max_crashes, backoff,
-         base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds
+         base_delay_ms, max_delay_ms, lease_seconds, job_timeout_seconds,
+         max_running, rate_limit, rate_period_seconds
     FROM codity.queues q
     WHERE q.id = p_queue_id AND (p_project_id IS NULL OR q.project_id = p_project_id);
     IF NOT FOUND THEN

@@ -65,6 +65,13 @@
 -- get none at all (the Python worker claims suspects only when idle, and claims nothing
 -- else while one runs). The crash is then pinned on the job that causes it.
 --
+-- Limits (migration 0023, docs/DESIGN_DECISIONS.md 54): a queue with max_running hands out
+-- a job only while fewer than that many are claimed or running, across all workers; one
+-- with rate_limit, at most that many per rate_period_seconds (fixed windows from the epoch,
+-- on the database's clock). Its claims lock the queue's limiter row first and count one
+-- after another (codity._limit_room), so both hold exactly under any concurrency. A queue
+-- without limits skips all of it: one test of two fields its row was read with anyway.
+--
 -- Claim and start in one write: a caller that runs every job it claims right away passes
 -- p_start => true and gets them running (started_at = the claim's time) instead of
 -- writing each job row a second time through start_many (migration 0012). The default stays a plain claim, for clients that
@@ -109,6 +116,8 @@ DECLARE
     v_suspects boolean[];
     v_cut integer;
     v_lease_expires_at timestamptz;
+    v_room integer := p_limit;
+    v_limiter record;
 BEGIN
     IF p_now IS DISTINCT FROM pg_catalog.now() THEN  -- the common case without a statement
         PERFORM codity._check_clock(p_now);
@@ -134,6 +143,15 @@ BEGIN
     IF v_queue.is_paused THEN
         RETURN;
     END IF;
+    IF v_queue.max_running IS NOT NULL OR v_queue.rate_limit IS NOT NULL THEN
+        v_limiter := codity._limit_room(v_queue.id, v_queue.project_id, p_limit,
+                                        v_queue.max_running, v_queue.rate_limit,
+                                        v_queue.rate_period_seconds, p_now);
+        v_room := v_limiter.room;
+        IF v_room = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     -- Times into variables first (DESIGN.md, "Room to scale out", rule 9).
     v_lease_expires_at := p_now + pg_catalog.make_interval(secs => v_queue.lease_seconds);
     PERFORM codity._check_transition('queued', 'claimed');
@@ -153,7 +171,7 @@ BEGIN
           AND j.run_at <= p_now
           AND (coalesce(p_suspects, true) OR j.crash_count = 0)
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT p_limit
+        LIMIT v_room
         FOR UPDATE SKIP LOCKED
     )
     SELECT pg_catalog.array_agg(p.id ORDER BY p.priority DESC, p.run_at, p.id),
@@ -169,6 +187,12 @@ BEGIN
     v_cut := pg_catalog.array_position(v_suspects, true);
     IF v_cut IS NOT NULL THEN
         v_ids := v_ids[1:greatest(v_cut - 1, 1)];
+    END IF;
+    IF v_queue.rate_limit IS NOT NULL THEN  -- count these in the rate window
+        UPDATE codity.queue_limiters l
+        SET window_start = v_limiter.window_start,
+            window_claims = v_limiter.window_claims + pg_catalog.cardinality(v_ids)
+        WHERE l.queue_id = v_queue.id;
     END IF;
 
     RETURN QUERY

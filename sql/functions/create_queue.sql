@@ -21,7 +21,10 @@ CREATE OR REPLACE FUNCTION codity.create_queue(
     p_max_crashes integer DEFAULT NULL,
     p_job_timeout_seconds integer DEFAULT NULL,
     p_keep_completed_seconds integer DEFAULT NULL,
-    p_keep_dead_letters_seconds integer DEFAULT NULL
+    p_keep_dead_letters_seconds integer DEFAULT NULL,
+    p_max_running integer DEFAULT NULL,
+    p_rate_limit integer DEFAULT NULL,
+    p_rate_period_seconds integer DEFAULT NULL
 )
 RETURNS TABLE (queue_id bigint, created boolean)
 LANGUAGE plpgsql
@@ -42,6 +45,11 @@ DECLARE
     v_job_timeout_seconds integer;
     v_keep_completed_seconds integer;
     v_keep_dead_letters_seconds integer;
+    v_max_running integer;
+    v_rate_limit integer;
+    v_rate_period_seconds integer;
+    v_queue_id bigint;
+    v_created boolean;
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
         RAISE EXCEPTION 'invalid queue name %', coalesce(quote_literal(p_name), 'NULL')
@@ -70,6 +78,14 @@ BEGIN
         WHEN p_keep_dead_letters_seconds IS NOT NULL THEN NULLIF(p_keep_dead_letters_seconds, 0)
         WHEN v_old.id IS NOT NULL THEN v_old.keep_dead_letters_seconds
         ELSE 2592000 END;
+    -- Limits: 0 removes one, NULL keeps it; none for a new queue. A rate limit is its count
+    -- and its period together: removing the count removes the period.
+    v_max_running := CASE WHEN p_max_running IS NULL THEN v_old.max_running
+                          ELSE NULLIF(p_max_running, 0) END;
+    v_rate_limit := CASE WHEN p_rate_limit IS NULL THEN v_old.rate_limit
+                         ELSE NULLIF(p_rate_limit, 0) END;
+    v_rate_period_seconds := CASE WHEN v_rate_limit IS NULL THEN NULL
+                                  ELSE coalesce(p_rate_period_seconds, v_old.rate_period_seconds, 1) END;
 
     IF v_backoff NOT IN ('fixed', 'linear', 'exponential') THEN
         RAISE EXCEPTION 'backoff must be fixed, linear or exponential, got %', quote_literal(v_backoff)
@@ -103,28 +119,50 @@ BEGIN
         RAISE EXCEPTION 'keep_dead_letters_seconds must be from 60 to 315360000 (10 years), or 0 to keep forever, got %',
                         p_keep_dead_letters_seconds USING ERRCODE = 'CD010';
     END IF;
+    IF p_max_running <> 0 AND p_max_running NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'max_running must be from 1 to 100000, or 0 for no limit, got %', p_max_running
+            USING ERRCODE = 'CD010';
+    END IF;
+    IF p_rate_limit <> 0 AND p_rate_limit NOT BETWEEN 1 AND 1000000 THEN
+        RAISE EXCEPTION 'rate_limit must be from 1 to 1000000 claims per period, or 0 for no limit, got %',
+                        p_rate_limit USING ERRCODE = 'CD010';
+    END IF;
+    IF p_rate_period_seconds NOT BETWEEN 1 AND 86400 THEN
+        RAISE EXCEPTION 'rate_period_seconds must be from 1 to 86400, got %', p_rate_period_seconds
+            USING ERRCODE = 'CD010';
+    END IF;
 
-    RETURN QUERY
     INSERT INTO codity.queues AS q
         (project_id, name, max_attempts, backoff, base_delay_ms, max_delay_ms,
          lease_seconds, max_crashes, job_timeout_seconds, keep_completed_seconds,
-         keep_dead_letters_seconds)
+         keep_dead_letters_seconds, max_running, rate_limit, rate_period_seconds)
     VALUES
         (v_project_id, p_name, v_max_attempts, v_backoff::codity.backoff_kind, v_base_delay_ms,
          v_max_delay_ms, v_lease_seconds, v_max_crashes, v_job_timeout_seconds,
-         v_keep_completed_seconds, v_keep_dead_letters_seconds)
+         v_keep_completed_seconds, v_keep_dead_letters_seconds, v_max_running, v_rate_limit,
+         v_rate_period_seconds)
     ON CONFLICT (project_id, name) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff = EXCLUDED.backoff,
         base_delay_ms = EXCLUDED.base_delay_ms, max_delay_ms = EXCLUDED.max_delay_ms,
         lease_seconds = EXCLUDED.lease_seconds, max_crashes = EXCLUDED.max_crashes,
         job_timeout_seconds = EXCLUDED.job_timeout_seconds,
         keep_completed_seconds = EXCLUDED.keep_completed_seconds,
-        keep_dead_letters_seconds = EXCLUDED.keep_dead_letters_seconds, updated_at = now()
-    RETURNING q.id, (q.xmax = 0);
+        keep_dead_letters_seconds = EXCLUDED.keep_dead_letters_seconds,
+        max_running = EXCLUDED.max_running, rate_limit = EXCLUDED.rate_limit,
+        rate_period_seconds = EXCLUDED.rate_period_seconds, updated_at = now()
+    RETURNING q.id, (q.xmax = 0) INTO v_queue_id, v_created;
+    -- The row a limited queue's claims lock (codity.claim_in_queue); kept when the limits
+    -- go, harmless: only a limited queue's claims read it.
+    IF v_max_running IS NOT NULL OR v_rate_limit IS NOT NULL THEN
+        INSERT INTO codity.queue_limiters (queue_id, project_id)
+        VALUES (v_queue_id, v_project_id)
+        ON CONFLICT (queue_id) DO NOTHING;
+    END IF;
+    RETURN QUERY SELECT v_queue_id, v_created;
 END;
 $$;
 
-COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer) IS
+COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) IS
 'Create a queue with its retry policy, or change the settings you pass of the queue with that name.
 
 max_attempts (1..1000, default 3), backoff (fixed | linear | exponential, default
@@ -134,10 +172,13 @@ before the job is dead-lettered, 5) and job_timeout_seconds (enforced by workers
 default, 0 removes it), keep_completed_seconds (how long completed and cancelled jobs and
 their executions are kept after they finish, 604800 = 7 days) and
 keep_dead_letters_seconds (dead-lettered jobs and their dead letters, 2592000 = 30 days),
-each from 60 s to 10 years, 0 to keep forever; codity.prune deletes what has aged out. On
+each from 60 s to 10 years, 0 to keep forever; codity.prune deletes what has aged out;
+max_running (at most this many jobs claimed or running at once across all workers) and
+rate_limit per rate_period_seconds (at most that many claims per period, 1 s by default),
+both enforced by the claim, none by default, 0 removes one. On
 an existing queue an argument left out keeps its value. created
 is false when the queue already existed. Raises CD010.
 Example: SELECT * FROM codity.create_queue(''emails'', p_max_attempts => 5, p_backoff => ''exponential'');';
 
-REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer) TO codity_app;
+REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) TO codity_app;

@@ -3,11 +3,14 @@
 -- A NOTIFY on codity_v1 carries a queue id only (a hint, never data), and a worker holding
 -- just codity_worker may read no table: this is how it maps an id to a queue it claims
 -- from. One row per queue the worker registered for (every queue of its project when it
--- named none), with the pause flag so a client can skip a paused one. Read-only.
+-- named none), with the pause flag so a client can skip a paused one, and the queue's
+-- limits (migration 0023) so a client can claim a limited queue again as soon as it may
+-- rather than at its next poll. Read-only.
 -- Caller: a worker right after register_worker, and again when an unknown id arrives.
 
 CREATE OR REPLACE FUNCTION codity.worker_queues(p_worker_id bigint)
-RETURNS TABLE (queue_id bigint, queue text, is_paused boolean)
+RETURNS TABLE (queue_id bigint, queue text, is_paused boolean, max_running integer,
+               rate_limit integer, rate_period_seconds integer)
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
@@ -22,7 +25,7 @@ BEGIN
         RAISE EXCEPTION 'worker % does not exist', p_worker_id USING ERRCODE = 'CD004';
     END IF;
     RETURN QUERY
-    SELECT q.id, q.name, q.is_paused
+    SELECT q.id, q.name, q.is_paused, q.max_running, q.rate_limit, q.rate_period_seconds
     FROM codity.queues q
     WHERE q.project_id = v_worker.project_id
       AND (cardinality(v_worker.queues) = 0 OR q.name = ANY (v_worker.queues))
@@ -31,7 +34,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION codity.worker_queues(bigint) IS
-'The queues a worker may claim from, with the id that codity_v1 notifications carry and the pause flag.
+'The queues a worker may claim from, with the id that codity_v1 notifications carry, the pause flag and the limits.
 
 Every queue of the worker''s project when it registered with none. Raises CD004 (unknown
 worker).

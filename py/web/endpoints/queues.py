@@ -47,6 +47,22 @@ class QueuePolicy(Strict):
         description="How long dead-lettered jobs and their dead letters are kept (30 days);"
         " null keeps them forever.",
     )
+    max_running: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="At most this many jobs claimed or running at once across all workers;"
+        " null: no limit.",
+    )
+    rate_limit: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="At most this many claims per rate_period_seconds; null: no limit.",
+    )
+    rate_period_seconds: int | None = Field(
+        None, ge=1, le=86_400, description="The rate limit's window (1 s when not given)."
+    )
 
 
 class QueueCreate(QueuePolicy):
@@ -63,6 +79,9 @@ class QueueUpdate(Strict):
     job_timeout_seconds: int | None = Field(None, ge=1, le=2**31 - 1)
     keep_completed_seconds: int | None = Field(None, ge=60, le=315_360_000)
     keep_dead_letters_seconds: int | None = Field(None, ge=60, le=315_360_000)
+    max_running: int | None = Field(None, ge=1, le=100_000)
+    rate_limit: int | None = Field(None, ge=1, le=1_000_000)
+    rate_period_seconds: int | None = Field(None, ge=1, le=86_400)
 
 
 class DeleteQuery(Strict):
@@ -81,6 +100,9 @@ class Queue(BaseModel):
     job_timeout_seconds: int | None
     keep_completed_seconds: int | None
     keep_dead_letters_seconds: int | None
+    max_running: int | None
+    rate_limit: int | None
+    rate_period_seconds: int | None
     is_paused: bool
     paused_at: dt.datetime | None
     created_at: dt.datetime
@@ -112,7 +134,8 @@ class PauseResult(BaseModel):
 _SELECT = """
 SELECT id, name, max_attempts, backoff::text AS backoff, base_delay_ms, max_delay_ms,
        lease_seconds, max_crashes, job_timeout_seconds, keep_completed_seconds,
-       keep_dead_letters_seconds, is_paused, paused_at, created_at, updated_at
+       keep_dead_letters_seconds, max_running, rate_limit, rate_period_seconds, is_paused,
+       paused_at, created_at, updated_at
 FROM codity.queues
 """
 
@@ -137,16 +160,19 @@ _CREATE = """
 SELECT queue_id, created FROM codity.create_queue(
     %(name)s, %(project_id)s, %(max_attempts)s, %(backoff)s, %(base_delay_ms)s,
     %(max_delay_ms)s, %(lease_seconds)s, %(max_crashes)s, %(job_timeout_seconds)s,
-    %(keep_completed_seconds)s, %(keep_dead_letters_seconds)s)
+    %(keep_completed_seconds)s, %(keep_dead_letters_seconds)s, %(max_running)s,
+    %(rate_limit)s, %(rate_period_seconds)s)
 """
-_KEEP = ("keep_completed_seconds", "keep_dead_letters_seconds")
+_ZERO_IS_NONE = ("keep_completed_seconds", "keep_dead_letters_seconds", "max_running",
+                 "rate_limit")  # fmt: skip
 
 
 def _create_args(values: Mapping[str, Any], name: str, project_id: int) -> dict[str, Any]:
     """The arguments of codity.create_queue for a queue that is to hold ``values``: a
-    period of None (keep forever) is passed as 0, since NULL would keep the current one."""
+    period of None (keep forever) or a limit of None (none) is passed as 0, since NULL
+    would keep the current one."""
     args = {**values, "name": name, "project_id": project_id}
-    for key in _KEEP:
+    for key in _ZERO_IS_NONE:
         if args[key] is None:
             args[key] = 0
     return args

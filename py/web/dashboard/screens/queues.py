@@ -88,6 +88,10 @@ async def _stats(ctx: PageContext, name: str) -> Any:
 
 
 async def queue_detail(ctx: PageContext) -> Response:
+    return await _detail(ctx)
+
+
+async def _detail(ctx: PageContext, *, status: int = 200, error: str | None = None) -> Response:
     name = _name(ctx)
     chosen = _range(ctx)
     minutes, per_bar = RANGES[chosen]
@@ -120,6 +124,8 @@ async def queue_detail(ctx: PageContext) -> Response:
     )
     return await ctx.screen(
         "queue.html",
+        status=status,
+        error=error,
         title=f"Queue {name}",
         active="Queues",
         live=True,
@@ -149,6 +155,33 @@ async def resume(ctx: PageContext) -> Response:
     return ctx.redirect(_path(name))
 
 
+_LIMITS = ("max_running", "rate_limit", "rate_period_seconds")
+
+
+async def set_limits(ctx: PageContext) -> Response:
+    """The queue's concurrency and rate limits from the form: an empty field removes that
+    limit. A refusal (not a whole number, out of range) is shown on the page with the API's
+    message, and nothing changes."""
+    name = _name(ctx)
+    body: dict[str, int | None] = {}
+    for field in _LIMITS:
+        text = (ctx.form.get(field) or "").strip()
+        if text and not text.isdigit():
+            return await _detail(ctx, status=422, error=f"{field} must be a whole number")
+        body[field] = int(text) if text else None
+    try:
+        await ctx.api("PATCH", "/api/v1/queues/{name}", params={"name": name}, body=body)
+    except ApiError as exc:
+        if exc.status != 422:
+            raise
+        details = exc.details if isinstance(exc.details, list) else []
+        where = ", ".join(str(d.get("location", [""])[-1]) for d in details if isinstance(d, dict))
+        return await _detail(
+            ctx, status=422, error=f"{exc.message}{f' ({where})' if where else ''}"
+        )
+    return ctx.redirect(_path(name))
+
+
 PAGES = [
     Page("GET", "/queues", queue_list, "Queues"),
     Page("GET", "/fragments/queues", queue_list_fragment, "Queues (fragment)"),
@@ -156,4 +189,5 @@ PAGES = [
     Page("GET", "/fragments/queues/{name}", queue_counts_fragment, "Queue counts (fragment)"),
     Page("POST", "/queues/{name}/pause", pause, "Pause a queue"),
     Page("POST", "/queues/{name}/resume", resume, "Resume a queue"),
+    Page("POST", "/queues/{name}/limits", set_limits, "Set a queue's limits"),
 ]
