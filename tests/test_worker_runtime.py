@@ -330,3 +330,52 @@ def test_a_worker_holding_more_than_one_claim_allows_claims_in_parts(
     assert conn.execute(
         "SELECT count(*), count(DISTINCT job_id) FROM codity.job_executions"
     ).fetchone() == (1_200, 1_200)
+
+
+def test_jobs_finished_but_not_reported_count_against_what_the_worker_holds(
+    db_url: str, conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While its reports cannot be sent (here: every completion batch waits on a gate, as
+    behind a heartbeat that holds the reporter's lock for minutes), a worker claims no more
+    than it may hold. Without the unreported jobs in its room it claimed every job of the
+    queue, ran them, and sent none: in the soak, 640,000 of them, with heartbeats of minutes."""
+    from codity.worker.reporter import Reporter
+
+    _setup(conn)
+    conn.execute(
+        "SELECT codity.enqueue_many('work', %s)",
+        [psycopg.types.json.Jsonb([{"task": "quick"} for _ in range(60)])],
+    )
+    registry = Registry()
+
+    @registry.task("quick")
+    async def quick(payload: Any, ctx: JobContext) -> None:
+        return None
+
+    gate = asyncio.Event()
+    send = Reporter._complete
+
+    async def held_back(self: Reporter, batch: Any) -> None:
+        await gate.wait()
+        await send(self, batch)
+
+    monkeypatch.setattr(Reporter, "_complete", held_back)
+
+    async def scenario() -> tuple[int, int]:
+        stop = asyncio.Event()
+        config = WorkerConfig(queues=("work",), concurrency=2, prefetch=2, **FAST)  # type: ignore[arg-type]
+        runner = asyncio.create_task(Worker(db_url, registry, config).run(stop))
+        await asyncio.sleep(1.5)  # three polls and many wake-ups: room to claim, if counted so
+        held = _statuses(conn).get("running", 0)
+        gate.set()
+        deadline = time.monotonic() + 20
+        while _statuses(conn).get("completed", 0) < 60:
+            assert time.monotonic() < deadline, "the worker did not finish once reports flowed"
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(runner, timeout=10)
+        return held, _statuses(conn).get("completed", 0)
+
+    held, completed = asyncio.run(scenario())
+    assert held <= 4, f"{held} jobs claimed while no report could be sent; the worker holds 4"
+    assert completed == 60

@@ -98,9 +98,15 @@ def _encode(result: Any) -> tuple[Jsonb | None, str | None]:
 
 
 class Reporter:
-    def __init__(self, call: Call, server: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        call: Call,
+        server: tuple[str, int] | None = None,
+        on_sent: Callable[[], None] = lambda: None,
+    ) -> None:
         self._call = call
         self._server = server
+        self._on_sent = on_sent
         self._lock = asyncio.Lock()
         self._queue: list[_Report] = []
         self._in_flight: list[_Report] = []
@@ -135,6 +141,11 @@ class Reporter:
     def pending(self) -> list[JobContext]:
         """Jobs finished but not yet reported: their leases must still be heartbeated."""
         return [r.ctx for r in self._in_flight + self._queue]
+
+    def unsent(self) -> int:
+        """How many jobs wait to be reported: the worker counts them against what it may
+        hold, so a database slow to take reports slows the claims down with it."""
+        return len(self._in_flight) + len(self._queue)
 
     def give_up(self) -> None:
         """Shutting down with the database unreachable: stop retrying (the reaper requeues
@@ -192,6 +203,7 @@ class Reporter:
                     if report.kind != "complete":
                         await self._single(report)
                 self._in_flight = []
+                self._on_sent()  # room to claim again
             self._idle.set()
 
     async def _send(self, what: str, query: str, params: list[Any]) -> list[dict[str, Any]] | None:
