@@ -301,6 +301,25 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 1
 
 
+def _cmd_soak(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.bench import BenchError
+    from codity.bench.soak import SoakOptions, run_soak_command
+
+    try:
+        options = SoakOptions(
+            minutes=args.minutes,
+            rate=args.rate,
+            workers=args.workers,
+            concurrency=args.concurrency,
+            keep=args.keep,
+            sample=args.sample,
+        ).checked()  # before the database: a bad option costs nothing
+        return run_soak_command(database_url(settings), options)
+    except BenchError as exc:
+        print(f"codity soak: {exc}", file=sys.stderr)
+        return 1
+
+
 def _cmd_bench_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     from codity.bench.dashboard_run import run_dashboard_command
 
@@ -413,6 +432,21 @@ def _parser() -> argparse.ArgumentParser:
         help="side by side with PGQueuer 1.6 (installed into a virtual environment of its own)",
     )
     bench.set_defaults(func=_cmd_bench)
+
+    soak = sub.add_parser(
+        "soak", help="a long run at half the drain rate with pruning on; exit 1 if not steady"
+    )
+    soak.add_argument("--minutes", type=float, default=10, help="how long to soak (10)")
+    soak.add_argument(
+        "--rate", type=float, help="jobs/s offered (default: half of a drain measured first)"
+    )
+    soak.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    soak.add_argument("--concurrency", type=int, default=100, help="per worker (100)")
+    soak.add_argument(
+        "--keep", type=int, default=60, help="seconds the queue keeps completed jobs (60)"
+    )
+    soak.add_argument("--sample", type=float, default=30, help="seconds between rows (30)")
+    soak.set_defaults(func=_cmd_soak)
 
     dash = sub.add_parser(
         "bench-dashboard", help="dashboard page times at 1M jobs, 200 live pages; PERFORMANCE.md"
