@@ -42,6 +42,7 @@ from starlette.responses import Response
 from codity.web.access import Role, Scope
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint
+from codity.web.endpoints.workers import LIVENESS
 
 __all__ = ["CONTENT_TYPE", "ROUTES", "WINDOW_SECONDS"]
 
@@ -111,25 +112,17 @@ GROUP BY q.name, w.quantile
 ORDER BY q.name, w.quantile
 """
 
-# GET /workers' liveness rule: dead once silent past worker_dead_after (or swept), stale
-# once silent for two of its own heartbeats; stopped workers are not counted.
-_WORKERS = """
+# GET /workers' liveness rule (stopped workers are not counted).
+_WORKERS = (
+    """
 SELECT l.liveness, count(*) AS workers
-FROM codity.workers w
-CROSS JOIN LATERAL (
-    SELECT CASE
-        WHEN w.status = 'dead' OR w.last_heartbeat_at < now() - st.worker_dead_after
-            THEN 'dead'
-        WHEN w.last_heartbeat_at
-             < now() - pg_catalog.make_interval(secs => 2 * w.heartbeat_seconds)
-            THEN 'stale'
-        ELSE 'alive'
-    END AS liveness
-    FROM codity.settings st
-) l
+FROM codity.workers w"""
+    + LIVENESS
+    + """
 WHERE w.project_id = %(project_id)s AND w.status <> 'stopped'
 GROUP BY l.liveness
 """
+)
 
 _HEALTH = "SELECT check_name, value, alarm FROM codity.health()"
 HEALTH_HELP = {

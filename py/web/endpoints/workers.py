@@ -40,7 +40,7 @@ from codity.web.fields import Strict
 from codity.web.lookups import one_or_404, path_id
 from codity.web.paging import newest_first
 
-__all__ = ["HELD_JOBS_SHOWN", "RETURNED_JOBS_SHOWN", "ROUTES"]
+__all__ = ["HELD_JOBS_SHOWN", "LIVENESS", "RETURNED_JOBS_SHOWN", "ROUTES"]
 
 HELD_JOBS_SHOWN = 200
 """At most this many held jobs in a worker's detail (``jobs_held`` counts them all)."""
@@ -109,9 +109,25 @@ class WorkerDetail(Worker):
     returned_jobs: list[ReturnedJob]
 
 
-# One worker row with its liveness, uptime and capped held-job count. The liveness CASE is
+# A worker's liveness (as ``l.liveness``, for a query over ``codity.workers w``):
 # sweep_workers' predicate (strict <, against worker_dead_after) plus the stale rule.
-_WORKER = """
+LIVENESS = """
+CROSS JOIN LATERAL (
+    SELECT CASE
+        WHEN w.status = 'stopped' THEN 'stopped'
+        WHEN w.status = 'dead' OR w.last_heartbeat_at < now() - st.worker_dead_after
+            THEN 'dead'
+        WHEN w.last_heartbeat_at
+             < now() - pg_catalog.make_interval(secs => 2 * w.heartbeat_seconds)
+            THEN 'stale'
+        ELSE 'alive'
+    END AS liveness
+    FROM codity.settings st
+) l"""
+
+# One worker row with its liveness, uptime and capped held-job count.
+_WORKER = (
+    """
 SELECT w.id, w.name, w.host, w.pid, w.queues, w.capacity, w.status::text AS status,
        l.liveness, l.liveness IN ('alive', 'stale') AS is_alive,
        w.heartbeat_seconds::float8 AS heartbeat_seconds,
@@ -128,18 +144,9 @@ SELECT w.id, w.name, w.host, w.pid, w.queues, w.capacity, w.status::text AS stat
        least(h.held, codity.count_cap()) AS jobs_held,
        h.held > codity.count_cap() AS jobs_held_capped
 FROM codity.workers w
-CROSS JOIN LATERAL (
-    SELECT CASE
-        WHEN w.status = 'stopped' THEN 'stopped'
-        WHEN w.status = 'dead' OR w.last_heartbeat_at < now() - st.worker_dead_after
-            THEN 'dead'
-        WHEN w.last_heartbeat_at
-             < now() - pg_catalog.make_interval(secs => 2 * w.heartbeat_seconds)
-            THEN 'stale'
-        ELSE 'alive'
-    END AS liveness
-    FROM codity.settings st
-) l
+"""
+    + LIVENESS
+    + """
 CROSS JOIN LATERAL (
     SELECT count(*) AS held FROM (
         SELECT 1 FROM codity.jobs j
@@ -151,6 +158,7 @@ CROSS JOIN LATERAL (
 ) h
 WHERE w.project_id = %(project_id)s
 """
+)
 
 _LIST = (
     _WORKER
