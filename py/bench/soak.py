@@ -46,6 +46,7 @@ from typing import Any
 import psycopg
 
 from codity.bench._against_model import CODITY, Config
+from codity.bench._claim import TIMED_CLAIM
 from codity.bench._codity_runs import codity_drain
 from codity.bench._machine import describe_machine, load_average
 from codity.bench._soak_report import (
@@ -102,20 +103,6 @@ SELECT count(*), count(*) FILTER (WHERE j.status = 'completed'),
         WHERE x.queue_id = %(q)s AND x.status = 'completed'),
        ARRAY(SELECT j.id FROM codity.jobs j WHERE j.queue_id = %(q)s AND j.execution_seq > 1)
 FROM codity.jobs j WHERE j.queue_id = %(q)s
-"""
-# Like codity.bench._claim's, but any number claimed is fine: the queue is nearly empty.
-_TIMED_CLAIM = """
-CREATE FUNCTION pg_temp.soak_claim_ms(p_worker bigint, p_queue text, p_limit integer)
-RETURNS double precision
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_start timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    PERFORM count(*) FROM codity.claim(p_worker, p_queue, p_limit);
-    RETURN EXTRACT(epoch FROM pg_catalog.clock_timestamp() - v_start) * 1000;
-END;
-$$
 """
 
 
@@ -181,7 +168,7 @@ def _claim_ms(conn: Conn, probe: int) -> float:
     samples = []
     for n in range(CLAIM_WARMUP + CLAIM_SAMPLES):
         with conn.transaction(force_rollback=True):
-            row = conn.execute("SELECT pg_temp.soak_claim_ms(%s, %s, %s)",
+            row = conn.execute("SELECT pg_temp.bench_claim_ms(%s, %s, %s, false)",
                                [probe, QUEUE, CLAIM_LIMIT]).fetchone()  # fmt: skip
         assert row is not None
         if n >= CLAIM_WARMUP:
@@ -261,7 +248,7 @@ def _soak(
                          log_dir=work, label="soak") as workers:  # fmt: skip
         workers.wait_ready(conn)
         probe = conn.execute("SELECT codity.register_worker('soak-probe', ARRAY[%s])", [QUEUE])
-        conn.execute(_TIMED_CLAIM)
+        conn.execute(TIMED_CLAIM)
         sampler = _Sampler(conn, producer, qid, int(probe.fetchall()[0][0]))
         began = time.monotonic()
         scheduler.start()
