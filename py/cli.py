@@ -226,6 +226,9 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
     url = database_url(settings)
     migrate(url)
+    if args.if_empty and (queues := _default_project_queues(url)):
+        print(f"demo data not seeded: the default project already has queues ({', '.join(queues)})")
+        return 0
     print(f"demo data seeded: {seed_demo(url)}")
     return 0
 
@@ -244,6 +247,25 @@ def _cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
         row = conn.execute("SELECT * FROM codity.resume_all()").fetchone()
     assert row is not None
     print(f"resumed {row[0]} queue(s) and {row[1]} schedule(s)")
+    return 0
+
+
+def _cmd_alive(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.health_file import age_seconds
+
+    path = os.environ.get("CODITY_HEALTH_FILE")
+    if not path:
+        raise UsageError(
+            "alive: CODITY_HEALTH_FILE is not set (the file a worker or scheduler marks)"
+        )
+    age = age_seconds(path)
+    if age is None:
+        print(f"not alive: nothing marked in {path} yet", file=sys.stderr)
+        return 1
+    if age > args.within:
+        print(f"not alive: last success {age:.0f}s ago (allowed {args.within:g}s)", file=sys.stderr)
+        return 1
+    print(f"alive: last success {age:.1f}s ago")
     return 0
 
 
@@ -373,10 +395,25 @@ def _parser() -> argparse.ArgumentParser:
     web.add_argument("--port", type=int, default=web_port, help="port (PORT, default 3000)")
     web.set_defaults(func=_cmd_web)
 
-    sub.add_parser("demo", help="reset and seed the demo data set").set_defaults(func=_cmd_demo)
+    demo = sub.add_parser("demo", help="reset and seed the demo data set")
+    demo.add_argument(
+        "--if-empty",
+        action="store_true",
+        help="seed only when the default project has no queue yet (docker-compose.yml's setup)",
+    )
+    demo.set_defaults(func=_cmd_demo)
     status = sub.add_parser("status", help="queues, workers and schedules at a glance")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_cmd_status)
+    alive = sub.add_parser(
+        "alive",
+        help="exit 0 if this container's worker or scheduler marked CODITY_HEALTH_FILE lately"
+        " (a healthcheck)",
+    )
+    alive.add_argument(
+        "--within", type=float, default=20.0, help="seconds since its last success (20)"
+    )
+    alive.set_defaults(func=_cmd_alive)
     sub.add_parser("resume", help="un-pause every queue and schedule").set_defaults(
         func=_cmd_resume
     )

@@ -18,6 +18,7 @@ import time
 
 import psycopg
 
+from codity import health_file
 from codity.backoff import Backoff, server_address
 from codity.stop_signal import StopSignal
 
@@ -58,6 +59,7 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                             "%d promoted, %d cron jobs",
                             *row,
                         )
+                    health_file.touch()
                     budget = max(0.0, tick_ms / 2000 - (time.monotonic() - started))
                     pruned = prune(conn, budget)
                     if any(pruned):

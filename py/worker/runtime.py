@@ -51,6 +51,7 @@ import psycopg
 from psycopg.rows import args_row, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from codity import health_file
 from codity.backoff import Backoff, server_address
 from codity.db.errors import TRANSIENT, CodityError, WorkerNotActive, translate
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
@@ -155,6 +156,7 @@ class Worker:
             if queue_ids is None:
                 return
             self._queue_ids = queue_ids
+            health_file.touch()
             log.info(
                 "worker %s registered as %d on %s",
                 self.config.name,
@@ -383,6 +385,7 @@ class Worker:
         try:
             await self._reporter.heartbeat(self.worker_id, self._held())
             await self._resolve_queues()
+            health_file.touch()
         except TRANSIENT as exc:
             log.warning("heartbeat failed (%s)", type(exc).__name__)
         except CodityError as exc:  # CD005: someone deregistered this worker
