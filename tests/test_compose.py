@@ -17,9 +17,11 @@ engine, both Compose implementations, debootstrap). Run with ``./test -m docker`
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from codity.demo import DEMO_OPERATOR_EMAIL, DEMO_OPERATOR_PASSWORD
 from tests.ports import free_port
 from tests.processes import wait_until
 
@@ -89,8 +92,9 @@ class Stack:
 
     def __init__(self, compose: list[str]) -> None:
         self.project = f"codity-test-{uuid.uuid4().hex[:8]}"
-        db_port = free_port()
-        self.env = _env(CODITY_DB_HOST_PORT=str(db_port), CODITY_WEB_HOST_PORT=str(free_port()))
+        db_port, web_port = free_port(), free_port()
+        self.env = _env(CODITY_DB_HOST_PORT=str(db_port), CODITY_WEB_HOST_PORT=str(web_port))
+        self.web = f"http://127.0.0.1:{web_port}"
         # .env.example, not a developer's .env in the checkout.
         self.command = [*compose, "--env-file", str(ENV_FILE), "-p", self.project]
         password = _example_setting("POSTGRES_PASSWORD")
@@ -220,6 +224,16 @@ def _all_finished(stack: Stack, jobs: list[int]) -> bool:
 
 def test_three_scaled_workers_share_the_jobs_and_none_runs_twice(stack: Stack) -> None:
     stack.up(workers=3)
+    # The published web port serves the API, and the demo login the README gives works.
+    login = urllib.request.Request(
+        f"{stack.web}/api/v1/auth/login",
+        data=json.dumps(
+            {"email": DEMO_OPERATOR_EMAIL, "password": DEMO_OPERATOR_PASSWORD}
+        ).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(login, timeout=30) as answer:
+        assert answer.status == 200 and json.load(answer)["data"]["access_token"]
     hosts = {stack.hostname(c) for c in stack.containers("worker")}
     jobs = stack.enqueue([{"to": f"scale{i}@example.com", "duration_s": 0.05} for i in range(300)])
     wait_until(
