@@ -1,4 +1,5 @@
-"""``codity scheduler``: call ``codity.tick()`` every SCHEDULER_TICK_MS, then ``codity.prune()``.
+"""``codity scheduler``: call ``codity.tick()`` every SCHEDULER_TICK_MS, then ``codity.prune()``,
+and ``codity.prune_housekeeping()`` once a minute.
 
 All the logic is in the database; this loop only keeps time. Any number of replicas may
 run (every step of tick and prune is SKIP LOCKED), so there is no leader to elect. pg_cron
@@ -7,7 +8,9 @@ can replace this process entirely (docs/RUNBOOK.md).
 Pruning (retention, docs/DESIGN_DECISIONS.md 53) runs after each tick in calls of at most
 PRUNE_LIMIT jobs per queue, each its own short transaction, again while a call still
 deletes something and until half the tick's interval is spent: a backlog of aged-out jobs
-is worked off over several ticks instead of in one long transaction.
+is worked off over several ticks instead of in one long transaction. Housekeeping (old
+stopped workers and expired refresh tokens, DESIGN_DECISIONS 57) runs at
+the first tick and then once every HOUSEKEEPING_EVERY_S, in the same way.
 """
 
 from __future__ import annotations
@@ -22,30 +25,44 @@ from codity import health_file
 from codity.backoff import Backoff, server_address
 from codity.stop_signal import StopSignal
 
-__all__ = ["PRUNE_LIMIT", "prune", "run_scheduler"]
+__all__ = ["HOUSEKEEPING_EVERY_S", "PRUNE_LIMIT", "housekeep", "prune", "run_scheduler"]
 
 log = logging.getLogger(__name__)
 
 PRUNE_LIMIT = 1000
+HOUSEKEEPING_EVERY_S = 60.0
 
 
-def prune(conn: psycopg.Connection, budget_s: float) -> tuple[int, int, int]:
+def prune(conn: psycopg.Connection, budget_s: float) -> tuple[int, ...]:
     """Call ``codity.prune`` until it finds nothing or ``budget_s`` is spent; the totals
     deleted (jobs, executions, dead letters)."""
+    return _until_done(conn, "SELECT * FROM codity.prune(p_limit => %s)", budget_s)
+
+
+def housekeep(conn: psycopg.Connection, budget_s: float) -> tuple[int, ...]:
+    """The same with ``codity.prune_housekeeping``: workers long gone, refresh tokens long
+    expired."""
+    return _until_done(conn, "SELECT * FROM codity.prune_housekeeping(p_limit => %s)", budget_s)
+
+
+def _until_done(conn: psycopg.Connection, call: str, budget_s: float) -> tuple[int, ...]:
+    """Run ``call`` (PRUNE_LIMIT rows at most per kind, each call its own transaction)
+    again while it deletes something and ``budget_s`` lasts; the totals per kind."""
     deadline = time.monotonic() + budget_s
-    totals = [0, 0, 0]
+    totals: tuple[int, ...] = ()
     while True:
-        row = conn.execute("SELECT * FROM codity.prune(p_limit => %s)", [PRUNE_LIMIT]).fetchone()
+        row = conn.execute(call, [PRUNE_LIMIT]).fetchone()
         assert row is not None
-        totals = [t + int(n) for t, n in zip(totals, row, strict=True)]
+        totals = tuple(t + int(n) for t, n in zip(totals or (0,) * len(row), row, strict=True))
         if not any(row) or time.monotonic() >= deadline:
-            return totals[0], totals[1], totals[2]
+            return totals
 
 
 def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) -> None:
     """Tick until ``stop`` is set; reconnect with capped backoff when the database goes away."""
     backoff = Backoff()
     server = server_address(url)
+    next_housekeeping = 0.0
     while not stop.is_set():
         try:
             with psycopg.connect(url, autocommit=True, application_name="codity-scheduler") as conn:
@@ -64,6 +81,12 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                     pruned = prune(conn, budget)
                     if any(pruned):
                         log.info("pruned %d jobs, %d executions, %d dead letters", *pruned)
+                    if started >= next_housekeeping:
+                        next_housekeeping = started + HOUSEKEEPING_EVERY_S
+                        budget = max(0.0, tick_ms / 2000 - (time.monotonic() - started))
+                        gone = housekeep(conn, budget)
+                        if any(gone):
+                            log.info("pruned %d old workers, %d refresh tokens", *gone)
                     elapsed = time.monotonic() - started
                     stop.wait(max(0.0, tick_ms / 1000 - elapsed))
         except psycopg.OperationalError as exc:

@@ -314,6 +314,7 @@ _APP = (
     Call("tick", "SELECT * FROM codity.tick({now_only})"),
     Call("roll_up", "SELECT codity.roll_up({now_only})"),
     Call("prune", "SELECT * FROM codity.prune({now_only})"),
+    Call("prune_housekeeping", "SELECT * FROM codity.prune_housekeeping({now_only})"),
     Call("health", "SELECT check_name, alarm FROM codity.health()"),
     Call(
         "rate_limit_hit",
