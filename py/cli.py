@@ -251,22 +251,13 @@ def _cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_alive(args: argparse.Namespace, settings: Settings) -> int:
-    from codity.health_file import age_seconds
+    from codity.health_file import verdict
 
-    path = os.environ.get("CODITY_HEALTH_FILE")
-    if not path:
-        raise UsageError(
-            "alive: CODITY_HEALTH_FILE is not set (the file a worker or scheduler marks)"
-        )
-    age = age_seconds(path)
-    if age is None:
-        print(f"not alive: nothing marked in {path} yet", file=sys.stderr)
-        return 1
-    if age > args.within:
-        print(f"not alive: last success {age:.0f}s ago (allowed {args.within:g}s)", file=sys.stderr)
-        return 1
-    print(f"alive: last success {age:.1f}s ago")
-    return 0
+    code, line = verdict(args.within)
+    if code == 2:
+        raise UsageError(line)
+    print(line, file=sys.stdout if code == 0 else sys.stderr)
+    return code
 
 
 def _cmd_explain(args: argparse.Namespace, settings: Settings) -> int:

@@ -3,14 +3,16 @@ test itself needs a Docker engine: ``./test -m docker``):
 
 - ``codity demo --if-empty``: the migrate service seeds the demo at the first ``up`` and
   never again, so a restart keeps what operators did;
-- ``codity alive``: the worker's and scheduler's healthcheck, true while CODITY_HEALTH_FILE
-  was marked lately — by the real scheduler here, after each tick the database accepted.
+- ``codity alive`` (and ``python -m codity.health_file``, the form the compose file's
+  healthchecks run): true while CODITY_HEALTH_FILE was marked lately — by the real
+  scheduler here, after each tick the database accepted.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +26,17 @@ CODITY = codity_command()
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CODITY, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _module(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    python = Path(sys.executable)
+    return subprocess.run(
+        [str(python), "-m", "codity.health_file", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _env(**settings: str) -> dict[str, str]:
@@ -71,6 +84,8 @@ def test_alive_follows_the_scheduler_s_ticks(tmp_path: Path, db_url: str) -> Non
         )
         fresh = _run(env, "alive", "--within", "20")
         assert fresh.returncode == 0 and fresh.stdout.startswith("alive"), fresh.stderr
+        module = _module(env, "--within", "20")  # docker-compose.yml's lighter form
+        assert module.returncode == 0 and module.stdout.startswith("alive"), module.stderr
     finally:
         scheduler.terminate()
         assert scheduler.wait(timeout=30) == 0
@@ -79,3 +94,7 @@ def test_alive_follows_the_scheduler_s_ticks(tmp_path: Path, db_url: str) -> Non
     os.utime(marked, (stale, stale))
     old = _run(env, "alive", "--within", "20")
     assert old.returncode == 1 and "last success 60s ago (allowed 20s)" in old.stderr
+    old = _module(env, "--within", "20")
+    assert old.returncode == 1 and "last success 60s ago (allowed 20s)" in old.stderr
+    unset = _module(_env(), "--within", "20")
+    assert unset.returncode == 2 and "CODITY_HEALTH_FILE is not set" in unset.stderr
