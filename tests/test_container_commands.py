@@ -11,6 +11,7 @@ test itself needs a Docker engine: ``./test -m docker``):
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 import psycopg
 
 from codity.supervisor import codity_command
-from tests.processes import wait_until
+from tests.processes import Processes, wait_until
 
 CODITY = codity_command()
 
@@ -70,14 +71,11 @@ def test_alive_follows_the_scheduler_s_ticks(tmp_path: Path, db_url: str) -> Non
     never = _run(env, "alive")
     assert never.returncode == 1 and "nothing marked" in never.stderr
 
-    scheduler = subprocess.Popen(
-        [*CODITY, "scheduler", "--tick-ms", "200"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(marked.exists, timeout=30, what="the scheduler marks its first tick")
+    with Processes(tmp_path, db_url, CODITY_HEALTH_FILE=str(marked)) as procs:
+        scheduler = procs.scheduler()
+        wait_until(
+            marked.exists, timeout=30, what="the scheduler marks its first tick", alive=[scheduler]
+        )
         before = marked.stat().st_mtime
         wait_until(
             lambda: marked.stat().st_mtime > before, timeout=30, what="a later tick marks it"
@@ -86,8 +84,7 @@ def test_alive_follows_the_scheduler_s_ticks(tmp_path: Path, db_url: str) -> Non
         assert fresh.returncode == 0 and fresh.stdout.startswith("alive"), fresh.stderr
         module = _module(env, "--within", "20")  # docker-compose.yml's lighter form
         assert module.returncode == 0 and module.stdout.startswith("alive"), module.stderr
-    finally:
-        scheduler.terminate()
+        scheduler.send(signal.SIGTERM)
         assert scheduler.wait(timeout=30) == 0
 
     stale = time.time() - 60

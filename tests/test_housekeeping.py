@@ -9,16 +9,16 @@ by itself.
 
 from __future__ import annotations
 
-import os
-import subprocess
+import signal
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from codity.web.access import Role
-from tests.processes import CODITY, wait_until
+from tests.processes import Processes, wait_until
 from tests.test_lifecycle import Api, at
 from tests.webapp import add_user, make_tenant
 
@@ -144,7 +144,7 @@ def test_a_locked_worker_row_is_passed_over_without_waiting(db_url: str) -> None
         assert found == (1, 0)
 
 
-def test_the_scheduler_housekeeps_at_its_first_tick(db_url: str) -> None:
+def test_the_scheduler_housekeeps_at_its_first_tick(tmp_path: Path, db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT codity.create_queue('hk')")
         gone = conn.execute("SELECT codity.register_worker('gone', ARRAY['hk'])").fetchone()
@@ -154,15 +154,8 @@ def test_the_scheduler_housekeeps_at_its_first_tick(db_url: str) -> None:
             "UPDATE codity.workers SET stopped_at = now() - interval '8 days' WHERE id = %s",
             [gone[0]],
         )
-        env = {**os.environ, "DATABASE_URL": db_url, "CODITY_LOG_FORMAT": "text"}
-        scheduler = subprocess.Popen(
-            [*CODITY, "scheduler", "--tick-ms", "200"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with Processes(tmp_path, db_url, CODITY_LOG_FORMAT="text") as procs:
+            scheduler = procs.scheduler()
             wait_until(
                 lambda: (
                     conn.execute(
@@ -172,12 +165,15 @@ def test_the_scheduler_housekeeps_at_its_first_tick(db_url: str) -> None:
                 ),
                 timeout=30,
                 what="the scheduler deletes the worker gone for 8 days",
+                alive=[scheduler],
             )
-        finally:
-            scheduler.terminate()
-            _, err = scheduler.communicate(timeout=30)
-        assert scheduler.returncode == 0
-        assert "pruned 1 old workers, 0 refresh tokens" in err
+            wait_until(
+                lambda: scheduler.logged("pruned 1 old workers, 0 refresh tokens"),
+                timeout=10,
+                what="the scheduler says so",
+            )
+            scheduler.send(signal.SIGTERM)
+            assert scheduler.wait(timeout=30) == 0
 
 
 def test_a_rotated_token_stays_while_its_family_can_still_be_refreshed(api: Api) -> None:
