@@ -1,12 +1,15 @@
 """The reporter: every outcome of every job goes back to the database through here.
 
 Completions, failures and releases are queued by the job tasks and sent by one loop;
-completions are batched (one ``codity.complete_many`` per flush, River's batch completer
-without a timer: at low load each job is reported at once, at high load a flush carries all
-that finished during the previous round trip). The reporter owns the pending set (jobs
-finished but not yet reported), the heartbeat (whose leases must include that set), and
-the one lock that keeps this worker's multi-row writes — a completion batch, a heartbeat —
-from running at once and deadlocking each other.
+completions are batched (one ``codity.complete_many`` per flush). A flush waits up to
+``LINGER_S`` for a batch of the worker's holding (concurrency + prefetch) to gather, as
+PGQueuer's status buffer waits for a batch or its timer: at the default capacity of 5,
+flushing at every wake-up sent six completions per call, and each call costs the server
+and the worker more than the jobs in it (docs/DESIGN_DECISIONS.md 59). A full batch goes at
+once, and from the moment the worker starts to drain nothing waits. The reporter owns the
+pending set (jobs finished but not yet reported), the heartbeat (whose leases must include
+that set), and the one lock that keeps this worker's multi-row writes — a completion batch,
+a heartbeat — from running at once and deadlocking each other.
 
 Nothing a job returns can stop the loop. A result that is not JSON, or larger than the
 64 KB the database keeps, fails that job at once (not retryable) with the reason; a batch
@@ -38,6 +41,9 @@ __all__ = ["COMPLETE_MANY", "MAX_BATCH", "MAX_RESULT_BYTES", "Reporter"]
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500
+LINGER_S = 0.005
+"""How long finished jobs may wait for others to share their completion call. Their leases
+are heartbeated meanwhile, as every unreported job's are."""
 MAX_RESULT_BYTES = 65536
 _MAX_ERROR = 4000
 
@@ -103,10 +109,15 @@ class Reporter:
         call: Call,
         server: tuple[str, int] | None = None,
         on_sent: Callable[[], None] = lambda: None,
+        batch: int = 1,
+        linger_s: float = LINGER_S,
     ) -> None:
         self._call = call
         self._server = server
         self._on_sent = on_sent
+        self._batch = max(1, min(batch, MAX_BATCH))
+        self._linger_s = linger_s
+        self._hurry = False
         self._lock = asyncio.Lock()
         self._queue: list[_Report] = []
         self._in_flight: list[_Report] = []
@@ -151,6 +162,11 @@ class Reporter:
         """Shutting down with the database unreachable: stop retrying (the reaper requeues
         what was held, attempt refunded)."""
         self._giving_up = True
+        self.hurry()
+
+    def hurry(self) -> None:
+        """Send every report as soon as it comes from now on: the worker is draining."""
+        self._hurry = True
         self._wake.set()
 
     async def wait_idle(self, timeout: float) -> bool:
@@ -188,6 +204,7 @@ class Reporter:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            await self._gather()
             while self._queue:
                 self._in_flight = self._queue[:MAX_BATCH]
                 del self._queue[:MAX_BATCH]
@@ -205,6 +222,22 @@ class Reporter:
                 self._in_flight = []
                 self._on_sent()  # room to claim again
             self._idle.set()
+
+    async def _gather(self) -> None:
+        """Wait, at most LINGER_S, until a batch's worth of reports is queued."""
+        if self._linger_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._linger_s
+        while not self._hurry and len(self._queue) < self._batch:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return
 
     async def _send(self, what: str, query: str, params: list[Any]) -> list[dict[str, Any]] | None:
         """One call under the lock, resent while the database is unreachable; None when the

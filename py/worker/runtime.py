@@ -132,7 +132,9 @@ class Worker:
         # commit) carries a batch; without a prefetch to cover the wait, at every free slot.
         self._low_water = max(1, min(prefetch, self._holds // 2))
         self._wake = asyncio.Event()
-        self._reporter = Reporter(self._call, self._server, on_sent=self._wake.set)
+        self._reporter = Reporter(
+            self._call, self._server, on_sent=self._wake.set, batch=self._holds
+        )
         self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s))
         self._exit_reports_by: float | None = None  # loop time; set when draining starts
 
@@ -394,6 +396,7 @@ class Worker:
     # -- draining --------------------------------------------------------------
 
     async def _drain(self) -> None:
+        self._reporter.hurry()
         if self._waiting:
             log.info("releasing %d prefetched job(s) that had not begun", len(self._waiting))
         while self._waiting:
