@@ -382,3 +382,46 @@ def test_jobs_finished_but_not_reported_count_against_what_the_worker_holds(
     # reported: 8 at most, not the 60 of the queue.
     assert held <= 8, f"{held} jobs claimed while no report could be sent; at most 8 expected"
     assert completed == 60
+
+
+def test_claimed_jobs_begin_before_the_next_claim_is_sent(
+    db_url: str, conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that returned jobs is followed at once by another while there is room; the
+    handlers of the jobs it returned take their first step before that claim is sent, so
+    pickup does not wait for the next claim's round trip (0.6 ms of the bench's pickup p50,
+    docs/PERFORMANCE.md)."""
+    _setup(conn)
+    registry = Registry()
+    events: list[str] = []
+
+    @registry.task("ping")
+    async def ping(payload: Any, ctx: JobContext) -> None:
+        events.append("handler")
+
+    claim = Worker._call_typed
+
+    async def recorded(self: Worker, query: str, params: dict[str, Any]) -> Any:
+        events.append("claim sent")
+        rows = await claim(self, query, params)
+        events.append(f"claim returned {len(rows)}")
+        return rows
+
+    monkeypatch.setattr(Worker, "_call_typed", recorded)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        config = WorkerConfig(queues=("work",), **FAST)  # type: ignore[arg-type]
+        runner = asyncio.create_task(Worker(db_url, registry, config).run(stop))
+        await asyncio.sleep(0.5)  # idle, listening
+        conn.execute("SELECT codity.enqueue('work', 'ping')")
+        deadline = time.monotonic() + 15
+        while "handler" not in events and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        stop.set()
+        await runner
+
+    asyncio.run(scenario())
+    got = events.index("claim returned 1")
+    assert events[got + 1 : got + 3] == ["handler", "claim sent"], events

@@ -247,6 +247,9 @@ class Worker:
                 await backoff.wait(server=self._server, stop=stop)
                 continue
             if claimed and self._room() > 0 and self._retry_at is None:
+                # The jobs just claimed begin first: their handlers' first steps are ready
+                # to run, and the next claim's own work would otherwise come before them.
+                await asyncio.sleep(0)
                 continue
             poll = self.config.poll_s * random.uniform(0.8, 1.2)
             if self._retry_at is not None:  # a limited queue came back short
