@@ -145,7 +145,9 @@ class Reporter:
     def _add(self, report: _Report) -> None:
         self._queue.append(report)
         self._idle.clear()
-        self._wake.set()
+        # The loop waits for the first report, then for a full batch: not woken per job.
+        if len(self._queue) == 1 or len(self._queue) >= self._batch:
+            self._wake.set()
 
     # -- the worker's view ---------------------------------------------------------------
 
@@ -235,7 +237,8 @@ class Reporter:
                 return
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._wake.wait()
             except TimeoutError:
                 return
 

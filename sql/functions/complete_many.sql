@@ -15,7 +15,7 @@
 -- batch at the same time, so lock order between its own calls cannot deadlock.
 -- Callers: the Python worker's completer, codity.complete.
 --
--- The UPDATE finds each job by its primary key, from the batch: never by reading every
+-- The UPDATE finds each job by its id, from the batch: never by reading every
 -- running job of the queue. With 'running' written as a constant, the planner could prove
 -- jobs_worker_idx's predicate (claimed or running) from it, and the statistics, taken while
 -- almost every job was queued or completed, promised one running job: it scanned that index
@@ -23,14 +23,14 @@
 -- jobs read 503 index entries and heap rows with 500 running (EXPLAIN ANALYZE), so every
 -- batch cost as much as the jobs held by all workers of the queue. The status is therefore
 -- a variable, a parameter the generic plan cannot see through: no partial index is
--- implied, and the one way left to the rows is the batch, then the primary key
+-- implied, and the cheap way left to the rows is the listed ids (jobs_id_idx)
 -- (tests/test_hot_path_plans.py checks which index entries a completion reads).
 --
 -- Why SET plan_cache_mode = force_generic_plan (as in codity.claim_in_queue): without it
 -- PostgreSQL priced the generic plan above the custom ones and planned this UPDATE afresh
 -- at every call, a tenth of the server's time for a claim and completion of one job (perf,
 -- pgbench over the worker's two statements); and a custom plan sees the status as the
--- constant above again. enable_seqscan = off keeps the plan on the primary key when the
+-- constant above again. enable_seqscan = off keeps the plan on an index when the
 -- session's plan is made on a table of a few rows; jit = off for the reason the claim gives
 -- (docs/DESIGN_DECISIONS.md 52, 58).
 
