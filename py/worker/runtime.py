@@ -22,8 +22,9 @@ are released at once (attempt not charged). ``--prefetch 0`` suits long jobs tha
 idle worker should rather take (docs/DESIGN_DECISIONS.md 43).
 
 Crash isolation: a job whose lease expired before (``crashes > 0``) may be what killed a
-worker. The worker claims such a job only when it runs nothing else, and claims nothing
-while one runs, so a job that kills its process takes no healthy job down with it.
+worker. The worker claims such a job only when it runs nothing else and has reported every
+job it finished, and claims nothing while one runs, so a job that kills its process takes
+no healthy job, and no healthy job's result, down with it.
 
 On stop (SIGTERM/SIGINT) the claim loop ends, in-flight jobs get SHUTDOWN_GRACE_MS to
 finish, the rest are cancelled and released (attempt not charged), reports are flushed, the
@@ -297,8 +298,11 @@ class Worker:
                 "worker": self.worker_id,
                 "queue_id": self._queue_ids[queue],
                 "limit": limit,
-                # A job that crashed a worker before is taken only by an idle worker.
-                "suspects": not self._busy(),
+                # A job that crashed a worker before is taken only by an idle worker, and
+                # only once everything it finished has been reported: a suspect that kills
+                # it would take unsent completions down with it (a report may wait up to
+                # 5 ms for a batch), and their jobs would be charged a crash and run again.
+                "suspects": not self._busy() and not self._reporter.unsent(),
             },
         )
         for job in jobs:
