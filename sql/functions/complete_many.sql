@@ -14,25 +14,6 @@
 -- Locks: the UPDATE locks the matching rows; the worker never sends a heartbeat and a
 -- batch at the same time, so lock order between its own calls cannot deadlock.
 -- Callers: the Python worker's completer, codity.complete.
---
--- The UPDATE finds each job by its id, from the batch: never by reading every
--- running job of the queue. With 'running' written as a constant, the planner could prove
--- jobs_worker_idx's predicate (claimed or running) from it, and the statistics, taken while
--- almost every job was queued or completed, promised one running job: it scanned that index
--- over every running job of the queue and matched each against the batch. Completing 3
--- jobs read 503 index entries and heap rows with 500 running (EXPLAIN ANALYZE), so every
--- batch cost as much as the jobs held by all workers of the queue. The status is therefore
--- a variable, a parameter the generic plan cannot see through: no partial index is
--- implied, and the cheap way left to the rows is the listed ids (jobs_id_idx)
--- (tests/test_hot_path_plans.py checks which index entries a completion reads).
---
--- Why SET plan_cache_mode = force_generic_plan (as in codity.claim_in_queue): without it
--- PostgreSQL priced the generic plan above the custom ones and planned this UPDATE afresh
--- at every call, a tenth of the server's time for a claim and completion of one job (perf,
--- pgbench over the worker's two statements); and a custom plan sees the status as the
--- constant above again. enable_seqscan = off keeps the plan on an index when the
--- session's plan is made on a table of a few rows; jit = off for the reason the claim gives
--- (docs/DESIGN_DECISIONS.md 52, 58).
 
 CREATE OR REPLACE FUNCTION codity.complete_many_in_queue(
     p_queue_id bigint,
@@ -52,9 +33,6 @@ LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -66,7 +44,6 @@ DECLARE
     v_claimed_at timestamptz[];
     v_started_at timestamptz[];
     v_results jsonb[];
-    v_running codity.job_status := 'running';  -- a parameter of the plan: see the header
 BEGIN
     IF p_now IS DISTINCT FROM pg_catalog.now() THEN  -- the common case without a statement
         PERFORM codity._check_clock(p_now);
@@ -84,8 +61,8 @@ BEGIN
         UPDATE codity.jobs j
         SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
         FROM batch b
-        WHERE j.queue_id = p_queue_id AND j.id = ANY (p_job_ids) AND j.id = b.job_id
-          AND j.execution_seq = b.fence AND j.status = v_running
+        WHERE j.queue_id = p_queue_id AND j.id = b.job_id
+          AND j.execution_seq = b.fence AND j.status = 'running'
         RETURNING j.id, j.project_id, j.execution_seq, j.attempt, j.worker_id,
                   j.claimed_at, j.started_at, b.result
     )

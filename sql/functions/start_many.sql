@@ -11,11 +11,6 @@
 -- calls the body once per queue of the batch and answers in input order.
 -- Locks: the UPDATE locks the matching rows; one worker's jobs are never in two batches.
 -- Callers: the Python worker after each claim (in the claim's statement), codity.start.
---
--- Found by id, the batch's own jobs only, with the status a parameter of a generic plan:
--- the reasons are complete_many's (sql/functions/complete_many.sql). A 'claimed' written as
--- a constant let the planner read every claimed job of the queue through a partial index
--- at each call.
 
 CREATE OR REPLACE FUNCTION codity.start_many_in_queue(
     p_queue_id bigint,
@@ -34,14 +29,10 @@ LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_started bigint[];
-    v_claimed codity.job_status := 'claimed';  -- a parameter of the plan: see complete_many
 BEGIN
     PERFORM codity._check_clock(p_now);
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
@@ -51,8 +42,8 @@ BEGIN
         UPDATE codity.jobs j
         SET status = 'running', started_at = p_now, updated_at = p_now
         FROM unnest(p_job_ids, p_fences) AS b(job_id, fence)
-        WHERE j.queue_id = p_queue_id AND j.id = ANY (p_job_ids) AND j.id = b.job_id
-          AND j.execution_seq = b.fence AND j.status = v_claimed
+        WHERE j.queue_id = p_queue_id AND j.id = b.job_id
+          AND j.execution_seq = b.fence AND j.status = 'claimed'
         RETURNING j.id, j.execution_seq
     )
     SELECT coalesce(array_agg(s.id), '{}') INTO v_started FROM started s;
