@@ -6,20 +6,27 @@ The default run fuzzes each operation with a few examples (a smoke: every operat
 reached, the server is up, the checks run); the full run, marked ``fuzz`` and left to CI
 (``./test -m fuzz``), takes CODITY_FUZZ_EXAMPLES (25) per operation, and with a larger
 number is the long soak (docs/TESTING.md).
+
+The app is served by a child process, not a thread of this one: CPython 3.11 keeps the AST
+converter's recursion counter per interpreter, so Jinja2 compiling a template in a server
+thread while hypothesis parses a lambda's source here raised ``SystemError: AST constructor
+recursion depth mismatch`` (a CI run at 958d46c).
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -28,17 +35,30 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from codity.web.access import Role
-from codity.web.app import create_app
 from tests.conftest import cloned
 from tests.ports import free_port
-from tests.webapp import SETTINGS, add_user, make_tenant
+from tests.processes import REPO_ROOT
+from tests.webapp import add_user, make_tenant
 
 EXAMPLES = int(os.environ.get("CODITY_FUZZ_EXAMPLES") or 25)
 SMOKE_EXAMPLES = 3
+_SERVE = """
+import sys
+
+import uvicorn
+
+from codity.web.app import create_app
+from tests.webapp import SETTINGS
+
+uvicorn.run(create_app(sys.argv[1], SETTINGS), host="127.0.0.1", port=int(sys.argv[2]),
+            log_config=None, access_log=False, lifespan="on")
+"""
 
 
 @pytest.fixture(scope="module")
-def live_api(pg_server_url: str, template_url: str) -> Iterator[tuple[str, dict[str, str]]]:
+def live_api(
+    pg_server_url: str, template_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, dict[str, str]]]:
     with cloned(pg_server_url) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             tenant = make_tenant(conn, "fuzz")
@@ -49,22 +69,36 @@ def live_api(pg_server_url: str, template_url: str) -> Iterator[tuple[str, dict[
                 [tenant.project_id],
             )
         port = free_port()
-        config = uvicorn.Config(
-            create_app(url, SETTINGS), host="127.0.0.1", port=port, log_config=None,
-            access_log=False, lifespan="on",
-        )  # fmt: skip
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
+        log = tmp_path_factory.mktemp("fuzz") / "server.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [sys.executable, "-c", _SERVE, url, str(port)], cwd=REPO_ROOT,
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        base_url = f"http://127.0.0.1:{port}"
         try:
-            yield f"http://127.0.0.1:{port}", owner.headers
+            _wait_until_serving(server, base_url, log)
+            yield base_url, owner.headers
         finally:
-            server.should_exit = True
-            thread.join(timeout=15)
+            server.terminate()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _wait_until_serving(server: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        if server.poll() is not None:
+            raise AssertionError(f"the API server exited: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/healthz", timeout=2):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, "the API server did not start in 30 s"
+            time.sleep(0.05)
 
 
 @pytest.mark.parametrize(
