@@ -7,21 +7,17 @@ reached, the server is up, the checks run); the full run, marked ``fuzz`` and le
 (``./test -m fuzz``), takes CODITY_FUZZ_EXAMPLES (25) per operation, and with a larger
 number is the long soak (docs/TESTING.md).
 
-The app is served by a child process, not a thread of this one: CPython 3.11 keeps the AST
-converter's recursion counter per interpreter, so Jinja2 compiling a template in a server
-thread while hypothesis parses a lambda's source here raised ``SystemError: AST constructor
-recursion depth mismatch`` (a CI run at 958d46c).
+The app is served by ``codity web`` in a child process, not a thread of this one: CPython
+3.11 keeps the AST converter's recursion counter per interpreter, so Jinja2 compiling a
+template in a server thread while hypothesis parses a lambda's source here raised
+``SystemError: AST constructor recursion depth mismatch`` (a CI run at 958d46c).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -37,22 +33,11 @@ from schemathesis.specs.openapi.checks import (
 from codity.web.access import Role
 from tests.conftest import cloned
 from tests.ports import free_port
-from tests.processes import REPO_ROOT
-from tests.webapp import add_user, make_tenant
+from tests.processes import Processes, wait_until
+from tests.webapp import SETTINGS, add_user, make_tenant
 
 EXAMPLES = int(os.environ.get("CODITY_FUZZ_EXAMPLES") or 25)
 SMOKE_EXAMPLES = 3
-_SERVE = """
-import sys
-
-import uvicorn
-
-from codity.web.app import create_app
-from tests.webapp import SETTINGS
-
-uvicorn.run(create_app(sys.argv[1], SETTINGS), host="127.0.0.1", port=int(sys.argv[2]),
-            log_config=None, access_log=False, lifespan="on")
-"""
 
 
 @pytest.fixture(scope="module")
@@ -69,36 +54,22 @@ def live_api(
                 [tenant.project_id],
             )
         port = free_port()
-        log = tmp_path_factory.mktemp("fuzz") / "server.log"
-        with log.open("wb") as out:
-            server = subprocess.Popen(
-                [sys.executable, "-c", _SERVE, url, str(port)], cwd=REPO_ROOT,
-                stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
         base_url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_until_serving(server, base_url, log)
+        # The tests' own secret, so that the owner's token is one this server signed.
+        with Processes(tmp_path_factory.mktemp("fuzz"), url,
+                       JWT_SECRET=SETTINGS.jwt_secret.decode()) as processes:  # fmt: skip
+            web = processes.start("web", ["web", "--host", "127.0.0.1", "--port", str(port)])
+            wait_until(lambda: _serving(base_url), timeout=30,
+                       what="the API answering /healthz", alive=[web])  # fmt: skip
             yield base_url, owner.headers
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
-def _wait_until_serving(server: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        if server.poll() is not None:
-            raise AssertionError(f"the API server exited: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{base_url}/healthz", timeout=2):
-                return
-        except OSError:
-            assert time.monotonic() < deadline, "the API server did not start in 30 s"
-            time.sleep(0.05)
+def _serving(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/healthz", timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize(
