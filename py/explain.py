@@ -364,7 +364,8 @@ def _render(jobs: int, machine: list[str], text_plan: str, problems: list[str],
     auto = (
         "Captured with `log_level = notice`: the pick (the `CTE picked`; the Sort under the"
         " Aggregate orders the rows picked, at most p_limit, for the arrays), then the UPDATE of"
-        " the ids picked (the Sort on top orders the rows returned):"
+        " the rows picked, read by the ctids the pick locked (a Tid Scan, no index; the Sort on"
+        " top orders the rows returned):"
         f"\n\n```text\n{whole}\n```"
         if whole
         else "It could not be loaded here (it needs a superuser)."

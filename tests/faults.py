@@ -37,17 +37,30 @@ class Patch:
 # UPDATE them by id in a second statement without re-checking that they are still queued.
 # Two workers that read between the two statements both get the row. The 1 ms pause between
 # the statements widens the window so that the race shows on every run, even on two cores.
+# The real claim carries ctids, not ids, to its UPDATE, and keeps status = 'queued' there; a
+# stale ctid or that re-check would each stop the race alone, so the fault takes both out.
 _NAIVE_CLAIM = (
     Patch(
         "claim.sql",
         "        LIMIT v_room\n        FOR UPDATE SKIP LOCKED\n    )\n",
         "        LIMIT v_room  -- FAULT naive_claim: read without locking ...\n    )\n",
     ),
+    Patch("claim.sql", "    v_rows tid[];\n", "    v_rows bigint[];  -- FAULT naive_claim: ids\n"),
+    Patch(
+        "claim.sql",
+        "    SELECT pg_catalog.array_agg(p.ctid ORDER BY",
+        "    SELECT pg_catalog.array_agg(p.id ORDER BY",
+    ),
     Patch(
         "claim.sql",
         "    FROM picked p;\n",
         "    FROM picked p;\n"
         "    PERFORM pg_catalog.pg_sleep(0.001);  -- ... then update by id alone, later.\n",
+    ),
+    Patch(
+        "claim.sql",
+        "j.ctid = ANY (v_rows) AND j.status = 'queued'\n",
+        "j.id = ANY (v_rows)  -- FAULT naive_claim: no re-check\n",
     ),
 )
 

@@ -99,6 +99,9 @@ def test_a_claim_planned_on_a_small_table_scans_indexes_only(
     assert "Seq Scan on jobs" not in plans, plans
     assert "Index Scan using jobs_claim_idx" in plans, plans
     assert "Update on jobs" in plans, plans
+    # The UPDATE reads the rows the pick locked by ctid, never an index range
+    # (DESIGN_DECISIONS 58).
+    assert "Tid Scan on jobs" in plans, plans
     # Before PostgreSQL 18 a disabled sort is priced at 10^10, past jit_above_cost: a server
     # built with LLVM would compile every claim (the function's SET jit = off).
     assert "JIT:" not in plans, plans

@@ -12,7 +12,7 @@
 --
 -- Why the pick and the UPDATE are two statements: an unfenced LIMIT subquery joined into an
 -- UPDATE may be re-evaluated by the planner and lock/update more rows than asked (the
--- planner trap Oban documents). Here the locked ids are in an array before the UPDATE
+-- planner trap Oban documents). Here the locked rows are in an array before the UPDATE
 -- runs, and the UPDATE takes exactly those.
 --
 -- Why SET plan_cache_mode = force_generic_plan: PostgreSQL chose a plan of its own for the
@@ -32,6 +32,28 @@
 -- the rows in order under a LIMIT is the claim index; without sequential scans, the UPDATE
 -- finds its rows by index; whatever the size. The sorts that remain, of the rows claimed,
 -- have no other way and are kept (tests/test_generated_docs.py plans a claim on 3 jobs).
+--
+-- Why the UPDATE finds its rows by ctid, with index scans off for it alone: the rows are
+-- locked (FOR UPDATE, this transaction) from the pick on, so no other transaction can
+-- update, delete or move them (VACUUM FULL and CLUSTER need a lock the claim's own lock
+-- conflicts with), and the ctid the pick returned is where each row stays until the UPDATE
+-- writes it (a row another transaction changed after the pick's snapshot is locked in
+-- its latest version, and that is the ctid returned). A Tid Scan reads those rows and
+-- nothing else, whatever the statistics say. The UPDATE keeps status = 'queued' all the
+-- same: no two workers ever get one job, even if a ctid were wrong, since the UPDATE
+-- locks what it writes and rechecks it.
+-- By id it read the queue's whole history on PostgreSQL 15 whenever the table's
+-- statistics made the queue look small: 15 also plans `queue_id = $1 AND id = ANY ($2)`
+-- as a range over queue_id on jobs_pkey (the ids a filter), and prices that range by the
+-- average queue; with 3,200 queues, one of 20,000 jobs, a claim of 3 read 20,206 index
+-- entries (docs/DESIGN_DECISIONS.md 58; tests/test_hot_path_plans.py). Costs alone would
+-- not keep the planner off that range (it still chose it over a Tid Scan), so the body
+-- turns index and bitmap scans off with set_config(..., true) just before the UPDATE;
+-- the SET enable_*scan = on clauses of the header make PostgreSQL restore the caller's
+-- values when the function returns (a setting changed inside a function outlives it
+-- unless the function's own SET clause names it), and give the pick its index scan
+-- whatever the caller set. The queue_id filter stays, for rule 2 of "Room to scale out":
+-- Citus sends a statement with its distribution key to the one shard, ctid and all.
 --
 -- Why SET jit = off: before PostgreSQL 18, a disabled plan node is not removed but priced
 -- at 10^10, so the unavoidable sort made every claim's plan cost more than jit_above_cost,
@@ -106,13 +128,16 @@ SET search_path = pg_catalog, codity, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 SET enable_seqscan = off
+SET enable_indexscan = on
+SET enable_bitmapscan = on
+SET enable_tidscan = on
 SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_worker record;
     v_queue record;
-    v_ids bigint[];
+    v_rows tid[];
     v_suspects boolean[];
     v_cut integer;
     v_lease_expires_at timestamptz;
@@ -159,12 +184,12 @@ BEGIN
         PERFORM codity._check_transition('claimed', 'running');
     END IF;
 
-    -- The rows, locked, in claim order, in a statement of their own: the ids are fixed
+    -- The rows, locked, in claim order, in a statement of their own: the rows are fixed
     -- before the UPDATE (the planner cannot re-evaluate the LIMIT into it), and both
     -- statements are simple enough for one generic plan per session (the function's SET
     -- plan_cache_mode; see the header).
     WITH picked AS MATERIALIZED (
-        SELECT j.id, j.priority, j.run_at, j.crash_count
+        SELECT j.ctid, j.id, j.priority, j.run_at, j.crash_count
         FROM codity.jobs j
         WHERE j.queue_id = v_queue.id
           AND j.status = 'queued'
@@ -174,11 +199,11 @@ BEGIN
         LIMIT v_room
         FOR UPDATE SKIP LOCKED
     )
-    SELECT pg_catalog.array_agg(p.id ORDER BY p.priority DESC, p.run_at, p.id),
+    SELECT pg_catalog.array_agg(p.ctid ORDER BY p.priority DESC, p.run_at, p.id),
            pg_catalog.array_agg(p.crash_count > 0 ORDER BY p.priority DESC, p.run_at, p.id)
-    INTO v_ids, v_suspects
+    INTO v_rows, v_suspects
     FROM picked p;
-    IF v_ids IS NULL THEN
+    IF v_rows IS NULL THEN
         RETURN;
     END IF;
     -- A suspect (a job with a crash on record) comes alone: when it is first in line the
@@ -186,15 +211,18 @@ BEGIN
     -- locked but not taken stay queued (their locks end with this transaction).
     v_cut := pg_catalog.array_position(v_suspects, true);
     IF v_cut IS NOT NULL THEN
-        v_ids := v_ids[1:greatest(v_cut - 1, 1)];
+        v_rows := v_rows[1:greatest(v_cut - 1, 1)];
     END IF;
     IF v_queue.rate_limit IS NOT NULL THEN  -- count these in the rate window
         UPDATE codity.queue_limiters l
         SET window_start = v_limiter.window_start,
-            window_claims = v_limiter.window_claims + pg_catalog.cardinality(v_ids)
+            window_claims = v_limiter.window_claims + pg_catalog.cardinality(v_rows)
         WHERE l.queue_id = v_queue.id;
     END IF;
 
+    -- The locked rows by ctid, and nothing else (see the header).
+    PERFORM pg_catalog.set_config('enable_indexscan', 'off', true),
+            pg_catalog.set_config('enable_bitmapscan', 'off', true);
     RETURN QUERY
     WITH claimed AS (
         UPDATE codity.jobs j
@@ -206,7 +234,7 @@ BEGIN
             attempt = j.attempt + 1,
             execution_seq = j.execution_seq + 1,
             updated_at = p_now
-        WHERE j.queue_id = v_queue.id AND j.id = ANY (v_ids)
+        WHERE j.queue_id = v_queue.id AND j.ctid = ANY (v_rows) AND j.status = 'queued'
         RETURNING j.id, j.execution_seq, j.task, j.payload, j.attempt, j.max_attempts,
                   j.priority, j.run_at, j.lock_expires_at, j.created_at, j.crash_count
     )
