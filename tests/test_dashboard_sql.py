@@ -211,6 +211,35 @@ def test_the_payload_filter_finds_jobs_in_every_state_held_ones_included(tx: Con
     assert [r[0] for r in found] == sorted(states, reverse=True), "every state, newest first"
 
 
+def test_empty_payloads_match_the_empty_filter_only_in_their_project(tx: Conn) -> None:
+    """The index leaves out '{}' (migration 0027): '{}' still matches every job of the
+    project, newest first and within the tenant, and a job without arguments matches no
+    other filter, finished or held."""
+    _, project_a = make_project(tx, "empty-a")
+    _, project_b = make_project(tx, "empty-b")
+    enqueue = "SELECT job_id FROM codity.enqueue('emails', 't', %s, p_project_id => %s)"
+    ids: dict[int, list[int]] = {}
+    for project in (project_a, project_b):
+        tx.execute("SELECT * FROM codity.create_queue('emails', %s)", [project])
+        ids[project] = [int(one(tx, enqueue, [Jsonb(p), project])) for p in ({}, {"n": 1}, {})]
+    register = "SELECT codity.register_worker('w', ARRAY['emails'], p_project_id => %s)"
+    (worker,) = row(tx, register, [project_a])
+    claim = "SELECT job_id, fence FROM codity.claim(%s, 'emails', 1, p_start => true)"
+    done, fence = row(tx, claim, [worker])  # the first job, completed
+    tx.execute("SELECT * FROM codity.complete(%s, %s)", [done, fence])
+    row(tx, claim, [worker])  # the second, {"n": 1}, held
+    found = "SELECT coalesce(array_agg(id), '{}') FROM codity.jobs_with_payload(%s, %s) AS id"
+    a = ids[project_a]
+    assert one(tx, found, [Jsonb({}), project_a]) == sorted(a, reverse=True)
+    assert one(tx, found, [Jsonb({"n": 1}), project_a]) == [a[1]]
+    assert one(tx, found, [Jsonb({"n": 2}), project_a]) == []
+    limited = "SELECT array_agg(id) FROM codity.jobs_with_payload('{}', %s, 2) AS id"
+    assert one(tx, limited, [project_a]) == sorted(a, reverse=True)[:2]
+    tx.execute("SET LOCAL ROLE codity_app")
+    tx.execute("SELECT set_config('codity.project_id', %s, true)", [str(project_a)])
+    assert one(tx, found, [Jsonb({}), project_b]) == [], "another project than the tenant's"
+
+
 def test_the_payload_filter_reads_its_index_for_the_jobs_no_worker_holds(tx: Conn) -> None:
     """The function's own statement, as auto_explain sends it back: its branch for the jobs
     no worker holds must imply the index's predicate, or no plan could use the index (with

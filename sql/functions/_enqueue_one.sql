@@ -11,6 +11,11 @@
 -- and CD002) and passes its project and default max_attempts, so the queue is read once
 -- per job.
 --
+-- One row, not a set (migration 0028): codity.enqueue calls it as an expression and reads
+-- the fields, where a set-returning body had to be run as a query of its own and its rows
+-- gathered into a tuplestore. A key whose job vanished between the conflict and the look-up
+-- (deleted meanwhile) answers a row of NULLs, which the callers drop.
+--
 -- SECURITY INVOKER without SET: called only from definer functions, it runs as their
 -- owner under their pinned search_path (pg_temp last); granted to nobody.
 
@@ -24,13 +29,11 @@ CREATE OR REPLACE FUNCTION codity._enqueue_one(
     p_priority integer DEFAULT 0,
     p_idempotency_key text DEFAULT NULL,
     p_max_attempts integer DEFAULT NULL,
-    p_now timestamptz DEFAULT now()
-)
-RETURNS TABLE (
-    job_id bigint,
-    job_status codity.job_status,
-    run_at timestamptz,
-    is_new boolean
+    p_now timestamptz DEFAULT now(),
+    OUT job_id bigint,
+    OUT job_status codity.job_status,
+    OUT run_at timestamptz,
+    OUT is_new boolean
 )
 LANGUAGE plpgsql
 VOLATILE
@@ -69,16 +72,12 @@ BEGIN
     IF job_id IS NOT NULL THEN
         run_at := v_run_at;
         is_new := true;
-        RETURN NEXT;
         RETURN;
     END IF;
-    -- The key names a job already: that one is the answer.
+    -- The key names a job already: that one is the answer (all NULL if it is gone).
     SELECT j.id, j.status, j.run_at, false INTO job_id, job_status, run_at, is_new
     FROM codity.jobs j
     WHERE j.queue_id = p_queue_id AND j.idempotency_key = p_idempotency_key;
-    IF FOUND THEN
-        RETURN NEXT;
-    END IF;
 END;
 $$;
 

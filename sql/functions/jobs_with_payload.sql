@@ -11,6 +11,10 @@
 -- The caller narrows further with j.id = ANY(...), which is leakproof and an index
 -- condition.
 --
+-- Empty payloads ('{}', a job without arguments) are not in the index either (migration
+-- 0027): '{}' contains only '{}', so a non-empty filter never wants them, and the empty
+-- filter, which every job matches, is answered without the payload at all.
+--
 -- Bounded: at most p_limit ids (100,000 by default), newest first. A filter matching more
 -- considers only the newest p_limit of them. Reads; locks nothing.
 
@@ -36,8 +40,20 @@ BEGIN
         RAISE EXCEPTION 'the limit must be between 1 and 1000000, got %', p_limit
             USING ERRCODE = 'CD010';
     END IF;
+    IF p_payload = '{}'::jsonb THEN  -- every job matches
+        RETURN QUERY
+        SELECT j.id
+        FROM codity.jobs j
+        JOIN codity.queues q ON q.id = j.queue_id
+        WHERE q.project_id = v_project_id
+          AND (codity.current_project_id() IS NULL OR q.project_id = codity.current_project_id())
+        ORDER BY j.id DESC
+        LIMIT p_limit;
+        RETURN;
+    END IF;
     -- The index leaves out held jobs (migration 0017), so they are read beside it: their
     -- predicate is that of jobs_lease_idx and jobs_worker_idx, a worker's capacity at most.
+    -- It leaves out empty payloads too (migration 0027), which this filter cannot match.
     RETURN QUERY
     SELECT f.id
     FROM (
@@ -47,6 +63,7 @@ BEGIN
         WHERE q.project_id = v_project_id
           AND (codity.current_project_id() IS NULL OR q.project_id = codity.current_project_id())
           AND j.status NOT IN ('claimed', 'running')
+          AND j.payload <> '{}'::jsonb
           AND j.payload @> p_payload
         UNION ALL
         SELECT j.id
