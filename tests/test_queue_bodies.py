@@ -45,6 +45,19 @@ def _calls(conn: Conn) -> dict[str, int]:
     return {name: int(calls) for name, calls in rows}
 
 
+def _wait_for_other_sessions_to_end(conn: Conn, timeout_s: float = 10.0) -> None:
+    """Until no other client backend is connected to this database."""
+    others = (
+        "SELECT pg_catalog.array_agg(a.pid) FROM pg_catalog.pg_stat_activity a"
+        " WHERE a.datname = pg_catalog.current_database() AND a.backend_type = 'client backend'"
+        " AND a.pid <> pg_catalog.pg_backend_pid()"
+    )
+    deadline = time.monotonic() + timeout_s
+    while (pids := one(conn, others)) is not None:
+        assert time.monotonic() < deadline, f"sessions still connected after {timeout_s} s: {pids}"
+        time.sleep(0.05)
+
+
 def _two_queues_with_running_jobs(conn: Conn) -> tuple[int, dict[str, int], list[tuple[int, int]]]:
     """Queues a and b, a worker for both, and two running jobs in each: (worker, queue ids,
     [(job, fence)] as a1, a2, b1, b2)."""
@@ -149,7 +162,9 @@ def test_the_worker_calls_the_bodies_by_queue_id_and_never_the_wrappers(
 
     asyncio.run(serve())
 
-    # The worker's sessions have ended, so their counts are flushed.
+    # A session's counts reach the statistics when its backend exits, which may come after
+    # the worker closed its connections: wait for the backends, not the client.
+    _wait_for_other_sessions_to_end(conn)
     calls = _calls(conn)
     for body in ("claim_in_queue", "complete_many_in_queue", "fail_in_queue"):
         assert calls.get(body, 0) > 0, (body, calls)
