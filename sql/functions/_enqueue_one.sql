@@ -7,9 +7,9 @@
 -- scripts/hot_path_cost.py). Why one job has a body apart from the batch body, and how the
 -- two are kept alike: sql/functions/enqueue.sql. Locks only the inserted row (or waits on a
 -- concurrent insert of the same idempotency key). Raises no NOTIFY (DESIGN.md, "Room to
--- scale out", rule 10). The caller has found the queue (codity._queue, which raises CD001
--- and CD002) and passes its project and default max_attempts, so the queue is read once
--- per job.
+-- scale out", rule 10). The caller has found the queue (raising CD001 or CD002 through
+-- codity._queue when there is none) and passes its project and default max_attempts, so
+-- the queue is read once per job.
 --
 -- One row, not a set (migration 0028): codity.enqueue calls it as an expression and reads
 -- the fields, where a set-returning body had to be run as a query of its own and its rows
