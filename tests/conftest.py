@@ -5,11 +5,19 @@ create databases); else a testcontainers PostgreSQL, only when asked for with
 ``CODITY_TEST_CONTAINER=<image>`` (e.g. ``postgres:18``: a machine may run a Docker engine
 and still reach no image registry, so a running engine is never reason enough); else a
 throwaway cluster of the embedded server in a temporary folder on a free port, the default.
-It never skips. A template database is migrated once per session; every test that commits gets
-its own database cloned from it (Graphile Worker, procrastinate), a test that needs one
+It never skips. A template database is migrated once per session; every test that commits
+gets its own database cloned from it (Graphile Worker, procrastinate), a test that needs one
 connection and no commit gets a rolled-back transaction on one shared clone (``tx``, River),
 and a world of rows many tests start from is built once into a template of its own
 (``world_template``) and cloned per test.
+
+Citus: the tests marked ``citus`` take ``citus_db_url``, a distributed database of their own
+on a cluster of three nodes on loopback (tests/citus.py). With ``CODITY_TEST_CITUS=1`` the
+whole session's server is such a cluster instead, the template distributed by
+``migrate(..., citus=True)`` and every clone made on every node, so any part of the suite
+runs on a cluster (``CODITY_TEST_CITUS=1 ./test tests/test_x.py``): a way to find what a
+cluster refuses, not a suite that passes there (a test that reads a table in the
+transaction in which a SECURITY DEFINER function wrote it is refused by Citus, for one).
 """
 
 from __future__ import annotations
@@ -31,10 +39,29 @@ from psycopg.pq import TransactionStatus
 
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer
+from tests.citus import CitusCluster, cluster_from_environment
 from tests.ports import free_port
 
 TEMPLATE = f"codity_template_{os.getpid()}"
 T = TypeVar("T")
+
+_CLUSTER: CitusCluster | None = None
+"""The session's Citus cluster, once a test has started one (CODITY_TEST_CITUS or -m citus)."""
+
+
+def citus_cluster_started() -> CitusCluster:
+    """The session's Citus cluster, started on first use and destroyed at exit."""
+    global _CLUSTER
+    if _CLUSTER is None:
+        import atexit
+
+        _CLUSTER = cluster_from_environment()
+        atexit.register(_CLUSTER.destroy)
+    return _CLUSTER
+
+
+def _citus_mode() -> bool:
+    return os.environ.get("CODITY_TEST_CITUS", "") not in {"", "0"}
 
 
 def _with_database(url: str, name: str) -> str:
@@ -60,6 +87,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
     """A URL to the maintenance database of a server where we may create databases."""
+    if _citus_mode():
+        yield citus_cluster_started().url("postgres")
+        return
     given = os.environ.get("CODITY_TEST_DATABASE_URL")
     if given:
         yield given
@@ -95,25 +125,39 @@ def pg_server_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def template_url(pg_server_url: str) -> Iterator[str]:
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
-    url = _with_database(pg_server_url, TEMPLATE)
-    migrate(url)
+    if _CLUSTER is not None and _citus_mode():
+        url = _CLUSTER.create_database(TEMPLATE)
+        migrate(url, citus=True)
+    else:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+        url = _with_database(pg_server_url, TEMPLATE)
+        migrate(url)
     fault = os.environ.get("CODITY_FAULT")
     if fault:
         from tests.faults import inject
 
         inject(url, fault)
     yield url
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE))
-        )
+    drop_database(pg_server_url, TEMPLATE)
+
+
+def _cluster_of(pg_server_url: str) -> CitusCluster | None:
+    """The Citus cluster whose coordinator ``pg_server_url`` names, if it is one."""
+    if _CLUSTER is not None and urlsplit(pg_server_url).port == _CLUSTER.coordinator.port:
+        return _CLUSTER
+    return None
 
 
 def clone_database(pg_server_url: str, template: str) -> tuple[str, str]:
     name = f"codity_t_{uuid.uuid4().hex[:12]}"
+    cluster = _cluster_of(pg_server_url)
+    if cluster is not None:
+        # An empty database on a cluster still has Citus and its nodes.
+        if template == "template0":
+            return name, cluster.create_database(name)
+        return name, cluster.clone(template, name)
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
@@ -124,6 +168,10 @@ def clone_database(pg_server_url: str, template: str) -> tuple[str, str]:
 
 
 def drop_database(pg_server_url: str, name: str) -> None:
+    cluster = _cluster_of(pg_server_url)
+    if cluster is not None:
+        cluster.drop(name)
+        return
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
@@ -166,6 +214,31 @@ def world_template(
         yield WorldTemplate(name, url, world)
     finally:
         drop_database(pg_server_url, name)
+
+
+@pytest.fixture(scope="session")
+def citus_cluster() -> CitusCluster:
+    """The session's Citus cluster (a coordinator and two workers on loopback), started on
+    first use: Citus is built once per machine (scripts/citus_build.sh), and a test fails
+    with the build script's sentence when its source is missing; it never skips."""
+    return citus_cluster_started()
+
+
+@pytest.fixture(scope="session")
+def citus_template(citus_cluster: CitusCluster) -> Iterator[str]:
+    """The name of a database distributed by ``codity migrate --citus`` on every node."""
+    name = f"codity_citus_template_{os.getpid()}"
+    migrate(citus_cluster.create_database(name), citus=True)
+    yield name
+    citus_cluster.drop(name)
+
+
+@pytest.fixture
+def citus_db_url(citus_cluster: CitusCluster, citus_template: str) -> Iterator[str]:
+    """The coordinator's URL of a distributed database of this test's own, a copy of
+    ``citus_template`` on every node, dropped afterwards."""
+    with citus_cluster.database(citus_template, f"codity_c_{uuid.uuid4().hex[:12]}") as url:
+        yield url
 
 
 @pytest.fixture
