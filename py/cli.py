@@ -15,6 +15,7 @@ import psycopg
 from codity.cli_checks import UsageError, configure_logging, require_free_port
 from codity.config import Settings, load_settings
 from codity.db import database_url, embedded_server, migrate
+from codity.db.citus import BODIES, JOB_TABLES, REFERENCE_TABLES, CitusError
 from codity.db.embedded import EmbeddedServerError
 from codity.db.errors import CodityError
 from codity.stop_signal import StopSignal
@@ -53,8 +54,16 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     url = database_url(settings)
-    applied, functions = migrate(url)
+    try:
+        applied, functions = migrate(url, citus=args.citus)
+    except CitusError as exc:
+        raise UsageError(str(exc)) from exc
     print(f"migrated: {applied} new migration(s), {functions} function file(s) applied")
+    if args.citus:
+        print(
+            f"distributed on Citus: {len(JOB_TABLES)} job tables by queue_id,"
+            f" {len(REFERENCE_TABLES)} reference tables, {len(BODIES)} functions by queue"
+        )
     return 0
 
 
@@ -362,7 +371,14 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("psql_args", nargs=argparse.REMAINDER, help="psql: arguments passed on")
     db.set_defaults(func=_cmd_db)
 
-    sub.add_parser("migrate", help="apply migrations and functions").set_defaults(func=_cmd_migrate)
+    migrate_cmd = sub.add_parser("migrate", help="apply migrations and functions")
+    migrate_cmd.add_argument(
+        "--citus",
+        action="store_true",
+        help="on a Citus coordinator: distribute the job tables by queue and the hot functions"
+        " with them (idempotent; docs/RUNBOOK.md, Running on Citus)",
+    )
+    migrate_cmd.set_defaults(func=_cmd_migrate)
 
     scheduler = sub.add_parser("scheduler", help="call codity.tick() on a timer")
     scheduler.add_argument("--tick-ms", type=int, default=tick_default, help="SCHEDULER_TICK_MS")

@@ -13,6 +13,13 @@ later migration creates as the migrating login is adopted too.
 
 Two ``migrate`` runs at once are serialised by a session advisory lock held for the
 whole run; the second then finds nothing to apply and re-applies the same functions.
+
+On a Citus coordinator (``migrate(url, citus=True)``, ``codity migrate --citus``) the roles
+Citus connects between nodes as get LOGIN before the function files (Citus creates each
+function on every node over such a connection), and codity.db.citus distributes the tables
+and the by-queue bodies last. Once distributed, a plain ``migrate`` does the same, so the
+upgrade of a cluster is the same command as on one server; a coordinator with worker nodes
+that is not distributed yet is refused without ``citus=True`` rather than half-migrated.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import os
 from pathlib import Path
 
 import psycopg
+
+from codity.db import citus as citus_cluster
 
 __all__ = ["function_files", "migrate", "migration_ids", "sql_dir"]
 
@@ -133,14 +142,37 @@ def _apply_functions(conn: psycopg.Connection) -> int:
     return len(files)
 
 
-def migrate(url: str) -> tuple[int, int]:
-    """Apply pending migrations and every function file; returns (migrations, function files)."""
+def _citus_workers(conn: psycopg.Connection) -> int:
+    """How many worker nodes a Citus coordinator has (0 without Citus)."""
+    if citus_cluster.citus_version(conn) is None:
+        return 0
+    row = conn.execute(
+        "SELECT count(*) FROM pg_catalog.pg_dist_node WHERE noderole = 'primary' AND groupid <> 0"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(url: str, *, citus: bool = False) -> tuple[int, int]:
+    """Apply pending migrations and every function file, and on Citus distribute (the
+    module's docstring); returns (migrations, function files). Raises
+    codity.db.citus.CitusError when the cluster is not fit."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", [MIGRATE_LOCK_KEY])
         try:
+            distributed = citus_cluster.is_distributed(conn)
+            if not citus and not distributed and _citus_workers(conn) > 0:
+                raise citus_cluster.CitusError(
+                    "this database is a Citus coordinator with worker nodes: run"
+                    " codity migrate --citus to distribute Codity over them"
+                )
             applied = _apply_migrations(url)
+            on_cluster = citus or distributed
+            if on_cluster:
+                citus_cluster.grant_logins(conn)
             _adopt_objects(conn)
             functions = _apply_functions(conn)
+            if on_cluster:
+                citus_cluster.distribute(conn)
         finally:
             conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", [MIGRATE_LOCK_KEY])
     log.info("applied %d migration(s) and %d function file(s)", applied, functions)
