@@ -120,7 +120,8 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.complete(bigint,integer,jsonb,timestamp with time zone)",
     "codity.cron_next(text,timestamp with time zone,text)",
     "codity.cron_validate(text,text)",
-    "codity.complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone)",
+    "codity.complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone,"
+    "boolean)",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer,integer,"
     "integer,integer,integer,integer)",

@@ -48,30 +48,33 @@ MAX_RESULT_BYTES = 65536
 _MAX_ERROR = 4000
 
 # Only refusals and repeats come back: an applied completion needs nothing more.
-# The batch commits without waiting for its WAL to reach disk (synchronous_commit off for
-# this one transaction; docs/DESIGN_DECISIONS.md 44): a completion lost to a server crash
-# leaves its job running under this fence, and the reaper requeues it (one re-run,
-# fenced), which at-least-once allows. Claims stay durable. The setting comes first in
-# FROM and complete_many reads it (a lateral reference), so it is made before the batch
-# runs, in the same statement: one round trip, and autocommit ends the transaction.
+# The batch commits without waiting for its WAL to reach disk (p_durable => false: the body
+# turns synchronous_commit off for its one transaction; docs/DESIGN_DECISIONS.md 44): a
+# completion lost to a server crash leaves its job running under this fence, and the
+# reaper requeues it (one re-run, fenced), which at-least-once allows. Claims stay
+# durable. The call is the statement's only FROM item, so on a Citus cluster it goes whole
+# to the node that holds the queue, and the setting applies where it commits
+# (docs/DESIGN_DECISIONS.md 61).
 COMPLETE_MANY = (
     "SELECT c.job_id, c.accepted, c.detail"
-    " FROM (SELECT pg_catalog.set_config('synchronous_commit', 'off', true)) AS d(relaxed),"
-    " codity.complete_many_in_queue(%s, CASE WHEN d.relaxed IS NOT NULL THEN %s::bigint[] END,"
-    " %s::integer[], %s::jsonb[]) AS c"
+    " FROM codity.complete_many_in_queue(%s, %s::bigint[], %s::integer[], %s::jsonb[],"
+    " p_durable => false) AS c"
     " WHERE c.outcome <> 'applied'"
 )
 _FAIL = (
     "SELECT accepted, outcome::text AS outcome, detail"
     " FROM codity.fail_in_queue(%s, %s, %s, %s, %s)"
 )
-# A job given back wakes the queue's workers from this side: the body raises no NOTIFY
-# (DESIGN.md, "Room to scale out", rule 10).
 _RELEASE = (
-    "SELECT r.accepted, r.outcome::text AS outcome, r.detail,"
-    " CASE WHEN r.outcome = 'applied' THEN pg_catalog.pg_notify('codity_v1', %s::text) END"
+    "SELECT r.accepted, r.outcome::text AS outcome, r.detail"
     " FROM codity.release_in_queue(%s, %s, %s) AS r"
 )
+# A job given back wakes the queue's workers from this side, in a statement of its own: the
+# body raises no NOTIFY (DESIGN.md, "Room to scale out", rule 10), and on a Citus cluster
+# anything in the call's statement runs on the node that holds the queue, where no worker
+# listens. Releases are rare (a drain, a prefetched job given back), so one more round
+# trip each costs nothing that matters.
+_WAKE = "SELECT pg_catalog.pg_notify('codity_v1', %s::text)"
 _HEARTBEAT = "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])"
 
 Call = Callable[[str, list[Any]], Awaitable[list[dict[str, Any]]]]
@@ -293,7 +296,7 @@ class Reporter:
             query = _FAIL
             params = [ctx.queue_id, ctx.job_id, ctx.fence, report.error, report.retryable]
         else:
-            query, params = _RELEASE, [ctx.queue_id, ctx.queue_id, ctx.job_id, ctx.fence]
+            query, params = _RELEASE, [ctx.queue_id, ctx.job_id, ctx.fence]
         try:
             rows = await self._send(f"{report.kind} of job {ctx.job_id}", query, params)
         except (CodityError, psycopg.Error) as exc:
@@ -303,12 +306,21 @@ class Reporter:
         if not rows:
             return
         row = rows[0]
+        if report.kind == "release" and row["outcome"] == "applied":
+            await self._notify_released(ctx.queue_id)
         if not row["accepted"]:
             log.info("%s of job %s refused: %s", report.kind, ctx.job_id, row["detail"])
         elif row["outcome"] == "already_applied":
             log.info(
                 "%s of job %s had landed before the connection dropped", report.kind, ctx.job_id
             )
+
+    async def _notify_released(self, queue_id: int) -> None:
+        """NOTIFY the queue's workers that a job is back; a hint, so a failure only logs."""
+        try:
+            await self._call(_WAKE, [queue_id])
+        except (CodityError, psycopg.Error) as exc:
+            log.info("wake-up for queue %s not sent: %s", queue_id, _describe(exc))
 
 
 def _describe(exc: BaseException) -> str:

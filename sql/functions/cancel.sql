@@ -21,12 +21,16 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_job codity.jobs;
+    v_queue_id bigint;
 BEGIN
     PERFORM codity._check_clock(p_now);
+    -- The job's queue first, by id alone (a read: on a Citus cluster every shard answers),
+    -- then the lock and the write on that queue (DESIGN.md, "Room to scale out", rule 2).
+    SELECT j.queue_id INTO v_queue_id FROM codity.jobs j WHERE j.id = p_job_id;
     SELECT j.* INTO v_job FROM codity.jobs j
-    JOIN codity.queues q ON q.id = j.queue_id
-    WHERE j.id = p_job_id AND (p_project_id IS NULL OR q.project_id = p_project_id)
-    FOR UPDATE OF j;
+    WHERE j.queue_id = v_queue_id AND j.id = p_job_id
+      AND (p_project_id IS NULL OR j.project_id = p_project_id)
+    FOR UPDATE;
     IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
     END IF;
@@ -34,7 +38,7 @@ BEGIN
 
     UPDATE codity.jobs j
     SET status = 'cancelled', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
-    WHERE j.id = v_job.id;
+    WHERE j.queue_id = v_job.queue_id AND j.id = v_job.id;
     IF v_job.status IN ('claimed', 'running') THEN
         PERFORM codity._close_attempt(v_job, 'cancelled', p_now, 'cancelled by an operator');
     END IF;

@@ -14,13 +14,22 @@
 -- Locks: the UPDATE locks the matching rows; the worker never sends a heartbeat and a
 -- batch at the same time, so lock order between its own calls cannot deadlock.
 -- Callers: the Python worker's completer, codity.complete.
+--
+-- p_durable => false commits the batch without waiting for its WAL to reach disk
+-- (synchronous_commit off for the rest of this transaction; docs/DESIGN_DECISIONS.md 44):
+-- the Python worker's completions, which the reaper makes good after a server crash (one
+-- re-run, fenced). The setting is made in the body, not by the caller, so that on a Citus
+-- cluster it applies where the body runs and commits, on the node that holds the queue
+-- (a caller's set_config stays on the coordinator, and a second item in the call's FROM
+-- stops Citus from sending the call there whole; docs/DESIGN_DECISIONS.md 61).
 
 CREATE OR REPLACE FUNCTION codity.complete_many_in_queue(
     p_queue_id bigint,
     p_job_ids bigint[],
     p_fences integer[],
     p_results jsonb[] DEFAULT NULL,
-    p_now timestamptz DEFAULT now()
+    p_now timestamptz DEFAULT now(),
+    p_durable boolean DEFAULT true
 )
 RETURNS TABLE (
     job_id bigint,
@@ -51,6 +60,9 @@ BEGIN
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
     PERFORM codity._check_results(p_job_ids, p_results);
     PERFORM codity._check_transition('running', 'completed');
+    IF NOT coalesce(p_durable, true) THEN
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+    END IF;
 
     WITH batch AS (
         SELECT DISTINCT ON (b.job_id, b.fence) b.job_id, b.fence, p_results[b.ord] AS result
@@ -91,7 +103,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz) IS
+COMMENT ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean) IS
 'Complete a batch of running jobs of one queue in one call, with optional results; fenced per job like codity.complete.
 
 One row per input position, in order. outcome is applied; already_applied (completed
@@ -99,11 +111,13 @@ before with this fence, e.g. the batch is being resent after a lost COMMIT, or a
 within the batch: nothing changed); or stale (accepted = false, nothing changed, rejection
 recorded). A job that is held with a current fence but not running raises CD020. Raises
 CD003 (no such job in this queue), CD010 (arrays of different lengths or with NULLs), CD011 (a result
-over 64 KB).
+over 64 KB). p_durable => false commits without waiting for the WAL flush
+(synchronous_commit off for the rest of the transaction): a completion lost to a server
+crash leaves its job running under this fence, and the reaper requeues it.
 Example: SELECT * FROM codity.complete_many_in_queue(3, ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
 
-REVOKE ALL ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz) TO codity_app, codity_worker;
+REVOKE ALL ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean) TO codity_app, codity_worker;
 
 -- The jobs' queues looked up by id, one body call per queue, answers in input order. The
 -- arguments are checked on the whole batch first, so errors name it as it was sent.

@@ -35,6 +35,9 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
+    -- Into a variable (DESIGN.md, "Room to scale out", rule 9): Citus refuses now() inside
+    -- ON CONFLICT DO UPDATE of a distributed or reference table.
+    v_now timestamptz := pg_catalog.now();
     v_old codity.queues;
     v_max_attempts integer;
     v_backoff text;
@@ -149,8 +152,13 @@ BEGIN
         keep_completed_seconds = EXCLUDED.keep_completed_seconds,
         keep_dead_letters_seconds = EXCLUDED.keep_dead_letters_seconds,
         max_running = EXCLUDED.max_running, rate_limit = EXCLUDED.rate_limit,
-        rate_period_seconds = EXCLUDED.rate_period_seconds, updated_at = now()
+        rate_period_seconds = EXCLUDED.rate_period_seconds, updated_at = v_now
     RETURNING q.id, (q.xmax = 0) INTO v_queue_id, v_created;
+    -- Every queue has its totals row from the start (migration 0029): codity.roll_up adds
+    -- to it, and the scheduler's cross-queue reads start from it (codity.promote).
+    INSERT INTO codity.queue_totals (queue_id, project_id)
+    VALUES (v_queue_id, v_project_id)
+    ON CONFLICT (queue_id) DO NOTHING;
     -- The row a limited queue's claims lock (codity.claim_in_queue); kept when the limits
     -- go, harmless: only a limited queue's claims read it.
     IF v_max_running IS NOT NULL OR v_rate_limit IS NOT NULL THEN

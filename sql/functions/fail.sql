@@ -97,7 +97,10 @@ Example: SELECT * FROM codity.fail_in_queue(3, 42, 1, ''SMTPError: 451 try later
 REVOKE ALL ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) TO codity_app, codity_worker;
 
--- By job id alone: the job's queue looked up, then the body.
+-- By job id alone: the job's queue looked up, then the body. PL/pgSQL, not a LANGUAGE sql
+-- function: on a Citus cluster Citus would send the body, called from a SQL function, to the
+-- node holding the queue with this side's p_now as a constant, where it differs from that
+-- node's now() and reads as a moved clock (CD022); called from PL/pgSQL, the body runs here.
 CREATE OR REPLACE FUNCTION codity.fail(
     p_job_id bigint,
     p_fence integer,
@@ -112,14 +115,19 @@ RETURNS TABLE (
     retry_at timestamptz,
     detail text
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
+DECLARE
+    v_queue_id bigint;
+BEGIN
+    SELECT j.queue_id INTO v_queue_id FROM codity.jobs j WHERE j.id = p_job_id;
+    RETURN QUERY
     SELECT f.accepted, f.outcome, f.job_status, f.retry_at, f.detail
-    FROM codity.fail_in_queue((SELECT j.queue_id FROM codity.jobs j WHERE j.id = p_job_id),
-                     p_job_id, p_fence, p_error, p_retryable, p_now) AS f;
+    FROM codity.fail_in_queue(v_queue_id, p_job_id, p_fence, p_error, p_retryable, p_now) AS f;
+END;
 $$;
 
 COMMENT ON FUNCTION codity.fail(bigint, integer, text, boolean, timestamptz) IS

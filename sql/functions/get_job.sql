@@ -37,7 +37,7 @@ BEGIN
     SELECT j.id, q.name, j.task, j.status, j.attempt, j.max_attempts, j.execution_seq, j.run_at,
            j.created_at, j.started_at, j.finished_at, j.last_error,
            (SELECT x.result FROM codity.job_executions x
-            WHERE x.job_id = j.id AND x.execution_seq = j.execution_seq)
+            WHERE x.queue_id = j.queue_id AND x.job_id = j.id AND x.execution_seq = j.execution_seq)
     FROM codity.jobs j
     JOIN codity.queues q ON q.id = j.queue_id
     WHERE j.id = p_job_id AND q.project_id = v_project_id;

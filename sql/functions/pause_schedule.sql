@@ -48,12 +48,21 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 DECLARE
     v_project_id bigint := codity._project_id(p_project_id);
+    v_schedule record;
 BEGIN
     PERFORM codity._check_clock(p_now);
-    UPDATE codity.scheduled_jobs s
-    SET is_paused = false, next_run_at = codity.cron_next(s.cron, p_now, s.time_zone), updated_at = p_now
-    WHERE s.project_id = v_project_id AND s.name = p_name AND s.is_paused;
+    -- The next run computed before the UPDATE, not inside it (DESIGN.md, "Room to scale
+    -- out", rule 9: Citus refuses a function of the row's columns in an UPDATE).
+    SELECT s.id, s.cron, s.time_zone INTO v_schedule
+    FROM codity.scheduled_jobs s
+    WHERE s.project_id = v_project_id AND s.name = p_name AND s.is_paused
+    FOR UPDATE;
     IF FOUND THEN
+        UPDATE codity.scheduled_jobs s
+        SET is_paused = false,
+            next_run_at = codity.cron_next(v_schedule.cron, p_now, v_schedule.time_zone),
+            updated_at = p_now
+        WHERE s.id = v_schedule.id;
         RETURN true;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM codity.scheduled_jobs s WHERE s.project_id = v_project_id AND s.name = p_name) THEN

@@ -27,11 +27,17 @@ BEGIN
     END IF;
     PERFORM codity._check_transition('scheduled', 'queued');
 
+    -- The queues with a due job, read first: from each queue's codity.queue_totals row, the
+    -- job-side row every queue has, so that on a Citus cluster the probe per queue runs on
+    -- the shards beside it (Citus refuses a subquery correlated from a reference table
+    -- such as codity.queues into a distributed one; docs/DESIGN_DECISIONS.md 61).
     FOR v_queue_id, v_is_paused IN
-        SELECT q.id, q.is_paused FROM codity.queues q
+        SELECT q.id, q.is_paused
+        FROM codity.queue_totals t
+        JOIN codity.queues q ON q.id = t.queue_id
         WHERE EXISTS (
             SELECT 1 FROM codity.jobs j
-            WHERE j.queue_id = q.id AND j.status = 'scheduled' AND j.run_at <= p_now
+            WHERE j.queue_id = t.queue_id AND j.status = 'scheduled' AND j.run_at <= p_now
         )
         ORDER BY q.id
     LOOP
@@ -45,7 +51,8 @@ BEGIN
         UPDATE codity.jobs j
         SET status = 'queued', updated_at = p_now
         FROM due
-        WHERE j.id = due.id AND j.status = 'scheduled' AND j.run_at <= p_now;
+        WHERE j.queue_id = v_queue_id AND j.id = due.id AND j.status = 'scheduled'
+          AND j.run_at <= p_now;
 
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;

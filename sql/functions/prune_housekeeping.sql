@@ -30,6 +30,7 @@ SET search_path = pg_catalog, codity, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_busy bigint[];
     v_workers integer;
     v_tokens integer;
 BEGIN
@@ -49,14 +50,20 @@ BEGIN
             USING ERRCODE = 'CD010';
     END IF;
 
+    -- The workers that still hold a job, read first: a stopped or dead worker can lose its
+    -- jobs (reap) but never gain one (claim refuses it, and a heartbeat that revives it
+    -- makes it active, which the locked re-check below sees). On a Citus cluster this is a
+    -- read of every shard, and the DELETE then touches the reference table alone (Citus
+    -- refuses a row lock over a join of the two).
+    v_busy := ARRAY(
+        SELECT DISTINCT j.worker_id FROM codity.jobs j
+        WHERE j.status IN ('claimed', 'running') AND j.worker_id IS NOT NULL);
     DELETE FROM codity.workers w
     WHERE w.id = ANY (ARRAY(
         SELECT o.id
         FROM codity.workers o
         WHERE o.status <> 'active' AND o.stopped_at < p_now - p_keep_workers
-          AND NOT EXISTS (
-              SELECT 1 FROM codity.jobs j
-              WHERE j.worker_id = o.id AND j.status IN ('claimed', 'running'))
+          AND NOT (o.id = ANY (v_busy))
         ORDER BY o.stopped_at
         LIMIT p_limit
         FOR UPDATE OF o SKIP LOCKED));

@@ -60,6 +60,7 @@ AS $$
 DECLARE
     v_cap integer := coalesce(p_cap, codity.count_cap());
     v_caller text;
+    v_depth record;
 BEGIN
     IF v_cap < 1 OR v_cap > 1000000 THEN
         RAISE EXCEPTION 'the cap must be between 1 and 1000000, got %', v_cap USING ERRCODE = 'CD010';
@@ -77,55 +78,79 @@ BEGIN
                       HINT = 'Leave p_now out. Moving time needs a superuser or a member of codity_clock.';
         END IF;
     END IF;
-    RETURN QUERY
-    SELECT q.id, q.project_id, q.name, q.is_paused,
-           (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at <= p_now
-               LIMIT v_cap) c),
-           least(v_cap, (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'scheduled' LIMIT v_cap) c)
-             + (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at > p_now
-               LIMIT v_cap) c)),
-           (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status IN ('claimed', 'running') LIMIT v_cap) c),
-           (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'completed' LIMIT v_cap) c),
-           (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'failed' LIMIT v_cap) c),
-           (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'dead_letter' LIMIT v_cap) c),
-           (SELECT count(*)::integer FROM (
-               SELECT 1 FROM codity.jobs j
-               WHERE j.queue_id = q.id AND j.status = 'cancelled' LIMIT v_cap) c),
-           (WITH RECURSIVE priorities (priority) AS (
+    -- The counts in one statement, from each queue's codity.queue_totals row (the job-side
+    -- row every queue has, migration 0029): on a Citus cluster these correlated counts run
+    -- on the shards beside it; from codity.queues, a reference table, Citus refuses them.
+    FOR v_depth IN
+        SELECT q.id, q.project_id, q.name, q.is_paused,
+               (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'queued' AND j.run_at <= p_now
+                   LIMIT v_cap) c) AS claimable,
+               least(v_cap, (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'scheduled' LIMIT v_cap) c)
+                 + (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'queued' AND j.run_at > p_now
+                   LIMIT v_cap) c)) AS scheduled,
+               (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status IN ('claimed', 'running')
+                   LIMIT v_cap) c) AS running,
+               (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'completed' LIMIT v_cap) c) AS completed,
+               (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'failed' LIMIT v_cap) c) AS failed,
+               (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'dead_letter' LIMIT v_cap) c) AS dead_letter,
+               (SELECT count(*)::integer FROM (
+                   SELECT 1 FROM codity.jobs j
+                   WHERE j.queue_id = t.queue_id AND j.status = 'cancelled' LIMIT v_cap) c) AS cancelled
+        FROM codity.queue_totals t
+        JOIN codity.queues q ON q.id = t.queue_id
+        WHERE (p_project_id IS NULL OR q.project_id = p_project_id)
+          AND (p_queue IS NULL OR q.name = p_queue)
+        ORDER BY q.project_id, q.name
+    LOOP
+        queue_id := v_depth.id;
+        project_id := v_depth.project_id;
+        queue := v_depth.name;
+        is_paused := v_depth.is_paused;
+        claimable := v_depth.claimable;
+        scheduled := v_depth.scheduled;
+        running := v_depth.running;
+        completed := v_depth.completed;
+        failed := v_depth.failed;
+        dead_letter := v_depth.dead_letter;
+        cancelled := v_depth.cancelled;
+        oldest_claimable_at := NULL;
+        -- The oldest claimable job, only where there is one, in a statement of its own
+        -- naming the queue: a recursive query must name the queue for Citus to run it.
+        IF v_depth.claimable > 0 THEN
+            WITH RECURSIVE priorities (priority) AS (
                 (SELECT j.priority FROM codity.jobs j
-                 WHERE j.queue_id = q.id AND j.status = 'queued'
+                 WHERE j.queue_id = v_depth.id AND j.status = 'queued'
                  ORDER BY j.priority DESC LIMIT 1)
                 UNION ALL
                 SELECT (SELECT j.priority FROM codity.jobs j
-                        WHERE j.queue_id = q.id AND j.status = 'queued'
+                        WHERE j.queue_id = v_depth.id AND j.status = 'queued'
                           AND j.priority < p.priority
                         ORDER BY j.priority DESC LIMIT 1)
                 FROM priorities p WHERE p.priority IS NOT NULL
             )
-            SELECT CASE WHEN o.oldest <= p_now THEN o.oldest END
+            SELECT CASE WHEN o.oldest <= p_now THEN o.oldest END INTO oldest_claimable_at
             FROM (SELECT min((SELECT j.run_at FROM codity.jobs j
-                              WHERE j.queue_id = q.id AND j.status = 'queued'
+                              WHERE j.queue_id = v_depth.id AND j.status = 'queued'
                                 AND j.priority = p.priority
                               ORDER BY j.run_at LIMIT 1)) AS oldest
-                  FROM priorities p WHERE p.priority IS NOT NULL) o)
-    FROM codity.queues q
-    WHERE (p_project_id IS NULL OR q.project_id = p_project_id)
-      AND (p_queue IS NULL OR q.name = p_queue)
-    ORDER BY q.project_id, q.name;
+                  FROM priorities p WHERE p.priority IS NOT NULL) o;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
 END;
 $$;
 

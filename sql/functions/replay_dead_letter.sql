@@ -23,13 +23,17 @@ DECLARE
     v_job codity.jobs;
     v_queue codity.queues;
     v_job_id bigint;
+    v_queue_id bigint;
 BEGIN
     PERFORM codity._check_clock(p_now);
+    -- The letter's queue first, by id alone (a read: on a Citus cluster every shard
+    -- answers), then the lock and the writes on that queue (DESIGN.md, "Room to scale out",
+    -- rule 2).
+    SELECT d.queue_id INTO v_queue_id FROM codity.dead_letters d WHERE d.id = p_dead_letter_id;
     SELECT d.* INTO v_dead FROM codity.dead_letters d
-    JOIN codity.queues q ON q.id = d.queue_id
-    WHERE d.id = p_dead_letter_id
-      AND (p_project_id IS NULL OR q.project_id = p_project_id)
-    FOR UPDATE OF d;
+    WHERE d.queue_id = v_queue_id AND d.id = p_dead_letter_id
+      AND (p_project_id IS NULL OR d.project_id = p_project_id)
+    FOR UPDATE;
     IF v_dead.id IS NULL THEN
         RAISE EXCEPTION 'dead letter % does not exist', p_dead_letter_id USING ERRCODE = 'CD007';
     END IF;
@@ -40,13 +44,15 @@ BEGIN
     END IF;
     SELECT q.* INTO v_queue FROM codity.queues q WHERE q.id = v_dead.queue_id;
 
-    SELECT j.* INTO v_job FROM codity.jobs j WHERE j.id = v_dead.job_id FOR UPDATE;
+    SELECT j.* INTO v_job FROM codity.jobs j
+    WHERE j.queue_id = v_dead.queue_id AND j.id = v_dead.job_id
+    FOR UPDATE;
     IF v_job.id IS NOT NULL AND v_job.status = 'dead_letter' THEN
         PERFORM codity._check_transition('dead_letter', 'queued', v_job.id);
         UPDATE codity.jobs j
         SET status = 'queued', attempt = 0, crash_count = 0, run_at = p_now, finished_at = NULL,
             lock_expires_at = NULL, updated_at = p_now
-        WHERE j.id = v_job.id;
+        WHERE j.queue_id = v_job.queue_id AND j.id = v_job.id;
         v_job_id := v_job.id;
     ELSE
         INSERT INTO codity.jobs
@@ -58,7 +64,7 @@ BEGIN
     END IF;
 
     UPDATE codity.dead_letters d SET replayed_at = p_now, replayed_job_id = v_job_id
-    WHERE d.id = v_dead.id;
+    WHERE d.queue_id = v_dead.queue_id AND d.id = v_dead.id;
     IF NOT v_queue.is_paused THEN
         PERFORM codity._notify(v_queue.id);
     END IF;

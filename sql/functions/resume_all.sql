@@ -17,7 +17,8 @@ AS $$
 DECLARE
     v_queue_id bigint;
     v_queues integer := 0;
-    v_schedules integer;
+    v_schedules integer := 0;
+    v_schedule record;
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_project_id IS NOT NULL THEN
@@ -31,10 +32,21 @@ BEGIN
         PERFORM codity._notify(v_queue_id);
         v_queues := v_queues + 1;
     END LOOP;
-    UPDATE codity.scheduled_jobs s
-    SET is_paused = false, next_run_at = codity.cron_next(s.cron, p_now, s.time_zone), updated_at = p_now
-    WHERE s.is_paused AND (p_project_id IS NULL OR s.project_id = p_project_id);
-    GET DIAGNOSTICS v_schedules = ROW_COUNT;
+    -- Each schedule's next run computed before its UPDATE, not inside it (DESIGN.md, "Room
+    -- to scale out", rule 9: Citus refuses a function of the row's columns in an UPDATE).
+    FOR v_schedule IN
+        SELECT s.id, s.cron, s.time_zone FROM codity.scheduled_jobs s
+        WHERE s.is_paused AND (p_project_id IS NULL OR s.project_id = p_project_id)
+        ORDER BY s.id
+        FOR UPDATE
+    LOOP
+        UPDATE codity.scheduled_jobs s
+        SET is_paused = false,
+            next_run_at = codity.cron_next(v_schedule.cron, p_now, v_schedule.time_zone),
+            updated_at = p_now
+        WHERE s.id = v_schedule.id;
+        v_schedules := v_schedules + 1;
+    END LOOP;
     RETURN QUERY SELECT v_queues, v_schedules;
 END;
 $$;

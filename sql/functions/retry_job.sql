@@ -31,8 +31,7 @@ DECLARE
 BEGIN
     PERFORM codity._check_clock(p_now);
     SELECT j.* INTO v_job FROM codity.jobs j
-    JOIN codity.queues q ON q.id = j.queue_id
-    WHERE j.id = p_job_id AND q.project_id = v_project_id;
+    WHERE j.id = p_job_id AND j.project_id = v_project_id;
     IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'job % does not exist', p_job_id USING ERRCODE = 'CD003';
     END IF;

@@ -26,6 +26,7 @@ DECLARE
     v_from timestamptz;
     v_until timestamptz;
     v_minutes integer;
+    v_add record;
 BEGIN
     PERFORM codity._check_clock(p_now);
     SELECT * INTO v_state FROM codity.rollup_state;
@@ -73,28 +74,32 @@ BEGIN
                 running = excluded.running;
     END IF;
 
-    INSERT INTO codity.queue_totals AS t (queue_id, project_id, completed, failed, reaped,
-                                          dead_lettered)
-    SELECT q.id, q.project_id, coalesce(x.completed, 0), coalesce(x.failed, 0),
-           coalesce(x.reaped, 0), coalesce(d.dead_lettered, 0)
-    FROM codity.queues q
-    LEFT JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE e.status = 'completed') AS completed,
-               count(*) FILTER (WHERE e.status = 'failed') AS failed,
-               count(*) FILTER (WHERE e.status = 'reaped') AS reaped
-        FROM codity.job_executions e
-        WHERE e.queue_id = q.id AND e.finished_at >= v_from AND e.finished_at < v_until
-    ) x ON true
-    LEFT JOIN LATERAL (
-        SELECT count(*) AS dead_lettered
-        FROM codity.dead_letters l
-        WHERE l.queue_id = q.id AND l.dead_at >= v_from AND l.dead_at < v_until
-    ) d ON true
-    WHERE x.completed + x.failed + x.reaped + d.dead_lettered > 0
-    ON CONFLICT (queue_id) DO UPDATE
-        SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed,
-            reaped = t.reaped + excluded.reaped,
-            dead_lettered = t.dead_lettered + excluded.dead_lettered;
+    -- The totals: what each queue finished in these minutes, read per queue from its totals
+    -- row (every queue has one, migration 0029; on a Citus cluster the counts run on the
+    -- shards beside it), then added queue by queue.
+    FOR v_add IN
+        SELECT t.queue_id, x.completed, x.failed, x.reaped, d.dead_lettered
+        FROM codity.queue_totals t
+        CROSS JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE e.status = 'completed') AS completed,
+                   count(*) FILTER (WHERE e.status = 'failed') AS failed,
+                   count(*) FILTER (WHERE e.status = 'reaped') AS reaped
+            FROM codity.job_executions e
+            WHERE e.queue_id = t.queue_id AND e.finished_at >= v_from AND e.finished_at < v_until
+        ) x
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS dead_lettered
+            FROM codity.dead_letters l
+            WHERE l.queue_id = t.queue_id AND l.dead_at >= v_from AND l.dead_at < v_until
+        ) d
+        WHERE x.completed + x.failed + x.reaped + d.dead_lettered > 0
+        ORDER BY t.queue_id
+    LOOP
+        UPDATE codity.queue_totals t
+        SET completed = t.completed + v_add.completed, failed = t.failed + v_add.failed,
+            reaped = t.reaped + v_add.reaped, dead_lettered = t.dead_lettered + v_add.dead_lettered
+        WHERE t.queue_id = v_add.queue_id;
+    END LOOP;
 
     DELETE FROM codity.queue_minutes WHERE minute < v_due - v_state.keep;
     UPDATE codity.rollup_state SET rolled_until = v_until, updated_at = p_now;
