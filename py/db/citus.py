@@ -48,6 +48,7 @@ __all__ = [
     "SUPPORTED_MAJOR",
     "CitusError",
     "DistributionReport",
+    "adjust_functions",
     "citus_version",
     "distribute",
     "is_distributed",
@@ -129,6 +130,8 @@ class DistributionReport:
     job_tables: int
     bodies: int
     citus: str
+    newly_distributed: bool
+    """True when this call distributed a table that was local before."""
 
 
 def citus_version(conn: psycopg.Connection) -> str | None:
@@ -224,6 +227,18 @@ def grant_logins(conn: psycopg.Connection) -> None:
             conn.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(role)))
 
 
+def adjust_functions(conn: psycopg.Connection) -> None:
+    """Take back what the function files set that Citus cannot plan (CLUSTER_RESETS), in the
+    transaction that applied the files, so no claim ever runs with them in between.
+    ALTER FUNCTION reaches every node."""
+    for function, setting in CLUSTER_RESETS:
+        conn.execute(
+            sql.SQL("ALTER FUNCTION {} RESET {}").format(
+                sql.SQL("codity." + function), sql.Identifier(setting)
+            )
+        )
+
+
 def distribute(conn: psycopg.Connection) -> DistributionReport:
     """Distribute what is not distributed yet (the module's docstring); idempotent.
 
@@ -269,12 +284,6 @@ def distribute(conn: psycopg.Connection) -> DistributionReport:
                     " colocate_with => 'codity.jobs')",
                     [f"codity.{body}"],
                 )
-        for function, setting in CLUSTER_RESETS:
-            conn.execute(
-                sql.SQL("ALTER FUNCTION {} RESET {}").format(
-                    sql.SQL("codity." + function), sql.Identifier(setting)
-                )
-            )
         conn.execute(
             sql.SQL("ALTER DATABASE {} SET citus.propagate_set_commands = 'local'").format(
                 sql.Identifier(conn.info.dbname)
@@ -285,6 +294,7 @@ def distribute(conn: psycopg.Connection) -> DistributionReport:
         job_tables=len(JOB_TABLES),
         bodies=len(BODIES),
         citus=version,
+        newly_distributed=any(t not in done for t in (*REFERENCE_TABLES, *JOB_TABLES)),
     )
     log.info(
         "distributed on Citus %s: %d reference tables, %d job tables, %d bodies",

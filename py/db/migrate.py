@@ -129,7 +129,7 @@ def _adopt_objects(conn: psycopg.Connection) -> None:
         conn.execute(_ADOPT)
 
 
-def _apply_functions(conn: psycopg.Connection) -> int:
+def _apply_functions(conn: psycopg.Connection, *, cluster: bool = False) -> int:
     files = function_files()
     with conn.transaction():
         # As the owner: a new function is codity_owner's from the start, and a replaced one
@@ -139,6 +139,8 @@ def _apply_functions(conn: psycopg.Connection) -> int:
         conn.execute("SET LOCAL check_function_bodies = off")
         for path in files:
             conn.execute(path.read_text().encode())
+        if cluster:
+            citus_cluster.adjust_functions(conn)
     return len(files)
 
 
@@ -170,9 +172,13 @@ def migrate(url: str, *, citus: bool = False) -> tuple[int, int]:
             if on_cluster:
                 citus_cluster.grant_logins(conn)
             _adopt_objects(conn)
-            functions = _apply_functions(conn)
-            if on_cluster:
-                citus_cluster.distribute(conn)
+            functions = _apply_functions(conn, cluster=distributed)
+            if on_cluster and citus_cluster.distribute(conn).newly_distributed:
+                # A function whose signature names the row type of a table that was local
+                # when it was created (codity._lock_fenced_job returns codity.jobs) is not
+                # created on the worker nodes; created again now the table is distributed,
+                # Citus creates it there too.
+                _apply_functions(conn, cluster=True)
         finally:
             conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", [MIGRATE_LOCK_KEY])
     log.info("applied %d migration(s) and %d function file(s)", applied, functions)

@@ -47,19 +47,19 @@ are heartbeated meanwhile, as every unreported job's are."""
 MAX_RESULT_BYTES = 65536
 _MAX_ERROR = 4000
 
-# Only refusals and repeats come back: an applied completion needs nothing more.
 # The batch commits without waiting for its WAL to reach disk (p_durable => false: the body
 # turns synchronous_commit off for its one transaction; docs/DESIGN_DECISIONS.md 44): a
 # completion lost to a server crash leaves its job running under this fence, and the
-# reaper requeues it (one re-run, fenced), which at-least-once allows. Claims stay
-# durable. The call is the statement's only FROM item, so on a Citus cluster it goes whole
-# to the node that holds the queue, and the setting applies where it commits
-# (docs/DESIGN_DECISIONS.md 61).
+# reaper requeues it (one re-run, fenced), which at-least-once allows. Claims stay durable.
+# The statement is the call and nothing else, so that on a Citus cluster it goes whole to
+# the node that holds the queue and the setting applies where it commits (Citus delegates
+# only a bare SELECT ... FROM fn(...): a WHERE clause would run the body on the coordinator
+# statement by statement, under two-phase commit; docs/DESIGN_DECISIONS.md 61). So every
+# job's outcome comes back, and the worker looks only at the refusals and repeats.
 COMPLETE_MANY = (
-    "SELECT c.job_id, c.accepted, c.detail"
+    "SELECT c.job_id, c.accepted, c.outcome::text AS outcome, c.detail"
     " FROM codity.complete_many_in_queue(%s, %s::bigint[], %s::integer[], %s::jsonb[],"
     " p_durable => false) AS c"
-    " WHERE c.outcome <> 'applied'"
 )
 _FAIL = (
     "SELECT accepted, outcome::text AS outcome, detail"
@@ -283,6 +283,7 @@ class Reporter:
             return
         if rows is None:
             return
+        rows = [row for row in rows if row["outcome"] != "applied"]
         landed = sum(1 for row in rows if row["accepted"])
         if landed:
             log.info("%d completion(s) had landed before the connection dropped", landed)
