@@ -20,6 +20,8 @@ What goes where (docs/DESIGN_DECISIONS.md 61):
   the queue's id, is the distribution argument, colocated with the jobs: Citus sends a call
   ``SELECT ... FROM codity.claim_in_queue(3, ...)`` whole to the node holding queue 3, where
   every statement of the body reads and writes local shards.
+- **The rate limiter's buckets** (:data:`COORDINATOR_TABLES`) stay a plain table of the
+  coordinator, where the web app alone writes them.
 
 Logins: Citus opens its connections between nodes as the *current role*, so the function
 owner ``codity_owner`` and the three API roles must be able to log in on every node (a
@@ -43,6 +45,7 @@ __all__ = [
     "BODIES",
     "CLUSTER_RESETS",
     "CLUSTER_ROLES",
+    "COORDINATOR_TABLES",
     "JOB_TABLES",
     "REFERENCE_TABLES",
     "SUPPORTED_MAJOR",
@@ -67,7 +70,6 @@ REFERENCE_TABLES = (
     "projects",
     "api_keys",
     "refresh_tokens",
-    "rate_limit_buckets",
     "queues",
     "workers",
     "scheduled_jobs",
@@ -76,6 +78,12 @@ REFERENCE_TABLES = (
     "settings",
     "rollup_state",
 )
+
+# Left as plain tables of the coordinator, outside Citus: written on every rate-limited API
+# request by codity.rate_limit_hit and read by nothing else, which runs only in the web app's
+# transactions on the coordinator. A reference table would make each of those writes a
+# two-phase commit on every node.
+COORDINATOR_TABLES = ("rate_limit_buckets",)
 
 # Distributed by queue_id, colocated with codity.jobs (the first).
 JOB_TABLES = (
@@ -185,7 +193,7 @@ def _check_cluster(conn: psycopg.Connection) -> str:
 
 
 def _unclassified_tables(conn: psycopg.Connection) -> list[str]:
-    known = {*REFERENCE_TABLES, *JOB_TABLES}
+    known = {*REFERENCE_TABLES, *JOB_TABLES, *COORDINATOR_TABLES}
     rows = conn.execute(
         "SELECT c.relname FROM pg_catalog.pg_class c"
         " WHERE c.relnamespace = 'codity'::regnamespace AND c.relkind IN ('r', 'p')"
@@ -263,6 +271,9 @@ def distribute(conn: psycopg.Connection) -> DistributionReport:
         )
     bodies_done = _distributed_bodies(conn)
     with conn.transaction():
+        for table in COORDINATOR_TABLES:
+            if table in done:  # distributed by an earlier version of this step
+                conn.execute("SELECT undistribute_table(%s)", [f"codity.{table}"])
         conn.execute("SET LOCAL citus.enable_local_reference_table_foreign_keys = off")
         # Every shard of the six job tables is created in this transaction over one
         # connection per node, so the foreign keys between them see each other.
