@@ -140,7 +140,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
     "codity.fail(bigint,integer,text,boolean,timestamp with time zone)",
     "codity.extend_leases(bigint,bigint,bigint[],integer[],timestamp with time zone)",
-    "codity.heartbeat(bigint,bigint[],integer[],timestamp with time zone)",
+    "codity.heartbeat(bigint,bigint[],integer[],timestamp with time zone,bigint[])",
     "codity.jobs_with_payload(jsonb,bigint,integer)",
     "codity.materialize_cron(timestamp with time zone,integer)",
     "codity.pause_queue(text,bigint,timestamp with time zone)",

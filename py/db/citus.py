@@ -52,9 +52,11 @@ __all__ = [
     "CitusError",
     "DistributionReport",
     "adjust_functions",
+    "check_cluster",
     "citus_version",
     "distribute",
     "is_distributed",
+    "refuse_worker_node",
 ]
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,26 @@ def is_distributed(conn: psycopg.Connection) -> bool:
     return bool(row and row[0])
 
 
+def refuse_worker_node(conn: psycopg.Connection) -> None:
+    """CitusError when this server is a Citus worker node: Codity is migrated, and every
+    process connects, through the coordinator only."""
+    if citus_version(conn) is None:
+        return
+    row = conn.execute("SELECT groupid FROM pg_catalog.pg_dist_local_group").fetchone()
+    if row is not None and int(row[0]) != 0:
+        raise CitusError(
+            "this server is a Citus worker node: point DATABASE_URL at the coordinator,"
+            " which creates and changes Codity on every node"
+        )
+
+
+def check_cluster(conn: psycopg.Connection) -> str:
+    """The Citus version, or CitusError saying in one sentence why this database cannot be
+    distributed (no Citus, another major version, not the coordinator). Changes nothing:
+    ``migrate(..., citus=True)`` asks before it writes anything."""
+    return _check_cluster(conn)
+
+
 def _check_cluster(conn: psycopg.Connection) -> str:
     version = citus_version(conn)
     if version is None:
@@ -183,6 +205,7 @@ def _check_cluster(conn: psycopg.Connection) -> str:
             f"Citus {version} is not supported: Codity runs on Citus"
             f" {', '.join(f'{m}.x' for m in SUPPORTED_MAJOR)} (tested on 14.0.1)"
         )
+    refuse_worker_node(conn)
     row = conn.execute("SELECT citus_is_coordinator()").fetchone()
     if not (row and row[0]):
         raise CitusError(

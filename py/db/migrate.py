@@ -161,6 +161,9 @@ def migrate(url: str, *, citus: bool = False) -> tuple[int, int]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", [MIGRATE_LOCK_KEY])
         try:
+            citus_cluster.refuse_worker_node(conn)
+            if citus:
+                citus_cluster.check_cluster(conn)
             distributed = citus_cluster.is_distributed(conn)
             if not citus and not distributed and _citus_workers(conn) > 0:
                 raise citus_cluster.CitusError(

@@ -75,7 +75,11 @@ _RELEASE = (
 # listens. Releases are rare (a drain, a prefetched job given back), so one more round
 # trip each costs nothing that matters.
 _WAKE = "SELECT pg_catalog.pg_notify('codity_v1', %s::text)"
-_HEARTBEAT = "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[])"
+# With each job's queue: the heartbeat then reads no job to find it (on a Citus cluster, a
+# read of every shard; migration 0032).
+_HEARTBEAT = (
+    "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[], p_queue_ids => %s::bigint[])"
+)
 
 Call = Callable[[str, list[Any]], Awaitable[list[dict[str, Any]]]]
 
@@ -189,7 +193,13 @@ class Reporter:
             # Taken under the lock: a flush that just ended has left the pending set.
             held = running + self.pending()
             rows = await self._call(
-                _HEARTBEAT, [worker_id, [c.job_id for c in held], [c.fence for c in held]]
+                _HEARTBEAT,
+                [
+                    worker_id,
+                    [c.job_id for c in held],
+                    [c.fence for c in held],
+                    [c.queue_id for c in held],
+                ],
             )
         by_id = {c.job_id: c for c in held}
         for row in rows:

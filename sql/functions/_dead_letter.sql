@@ -21,16 +21,24 @@ SECURITY INVOKER
 AS $$
 DECLARE
     v_dead_letter_id bigint;
+    v_job record;
 BEGIN
+    -- The letter is written from what the UPDATE returns, by VALUES: an INSERT ... SELECT
+    -- from the jobs is not sent to the queue's shard by Citus but read from every shard
+    -- and committed in two phases (DESIGN_DECISIONS 61).
     UPDATE codity.jobs j
     SET status = 'dead_letter', finished_at = p_now, lock_expires_at = NULL,
         last_error = coalesce(p_error, j.last_error), updated_at = p_now
-    WHERE j.queue_id = p_queue_id AND j.id = p_job_id;
+    WHERE j.queue_id = p_queue_id AND j.id = p_job_id
+    RETURNING j.id, j.project_id, j.task, j.payload, j.priority, j.last_error, j.attempt
+    INTO v_job;
+    IF v_job.id IS NULL THEN
+        RETURN NULL;
+    END IF;
 
     INSERT INTO codity.dead_letters (job_id, queue_id, project_id, task, payload, priority, reason, error, attempts, dead_at)
-    SELECT j.id, j.queue_id, j.project_id, j.task, j.payload, j.priority, p_reason, j.last_error, j.attempt, p_now
-    FROM codity.jobs j
-    WHERE j.queue_id = p_queue_id AND j.id = p_job_id
+    VALUES (v_job.id, p_queue_id, v_job.project_id, v_job.task, v_job.payload, v_job.priority,
+            p_reason, v_job.last_error, v_job.attempt, p_now)
     RETURNING id INTO v_dead_letter_id;
 
     RETURN v_dead_letter_id;

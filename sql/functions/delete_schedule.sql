@@ -1,9 +1,11 @@
 -- codity.delete_schedule: remove a cron schedule.
 --
 -- Only the definition goes: jobs it already created stay, with jobs.schedule_id set to
--- NULL by the foreign key (ON DELETE SET NULL), so history outlives the schedule. A
--- scheduler materialising this schedule at the same moment holds its row FOR UPDATE; the
--- DELETE waits for that tick to commit, then removes the row. Locks the schedule row.
+-- NULL here (no foreign key does it since migration 0031), so history outlives the
+-- schedule. A scheduler materialising this schedule at the same moment holds its row FOR
+-- UPDATE; the DELETE waits for that tick to commit, then removes the row, and the UPDATE
+-- that follows sees the job that tick made. Locks the schedule row and its jobs' rows (on a
+-- Citus cluster, a write to every shard of the jobs: a schedule is deleted rarely).
 -- Callers: operators, the web API.
 
 CREATE OR REPLACE FUNCTION codity.delete_schedule(
@@ -26,6 +28,7 @@ BEGIN
     IF v_id IS NULL THEN
         RAISE EXCEPTION 'schedule "%" does not exist', p_name USING ERRCODE = 'CD006';
     END IF;
+    UPDATE codity.jobs j SET schedule_id = NULL WHERE j.schedule_id = v_id;
     RETURN v_id;
 END;
 $$;
