@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -54,6 +55,8 @@ TEST_SETTINGS = (
     "max_connections=300",
     # Two-phase commits of writes to reference tables and of multi-node transactions.
     "max_prepared_transactions=100",
+    # Online shard moves and the rebalancer copy shards by logical replication.
+    "wal_level=logical",
     "citus.log_distributed_deadlock_detection=off",
 )
 
@@ -197,14 +200,116 @@ class CitusCluster:
                         sql.Identifier(name)
                     )
                 )
+        self.copy_database_settings(template, name)
         return self.url(name)
 
     def drop(self, name: str) -> None:
+        """Drop ``name`` on every node. Connections are refused on all of them first: between
+        nodes, Citus's maintenance daemon and cached connections would otherwise come back
+        while a node's DROP ... WITH (FORCE) ends them."""
         for node in self.nodes:
             with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+                if conn.execute(
+                    "SELECT 1 FROM pg_catalog.pg_database WHERE datname = %s", [name]
+                ).fetchone():
+                    conn.execute(
+                        sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(
+                            sql.Identifier(name)
+                        )
+                    )
+        for node in self.nodes:
+            with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
+                for attempt in range(50):
+                    try:
+                        conn.execute(
+                            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                                sql.Identifier(name)
+                            )
+                        )
+                        break
+                    except psycopg.errors.ObjectInUse:
+                        if attempt == 49:
+                            raise
+                        conn.execute("SELECT pg_catalog.pg_sleep(0.1)")
+
+    def copy_database_settings(self, template: str, name: str) -> None:
+        """Give ``name`` the settings ``template`` has through ``ALTER DATABASE ... SET``
+        (``codity migrate --citus`` sets ``citus.propagate_set_commands`` so), on every node:
+        ``CREATE DATABASE ... TEMPLATE`` copies the files, not pg_db_role_setting, so a clone
+        made by :meth:`clone` has none of them."""
+        for node in self.nodes:
+            with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT pg_catalog.unnest(s.setconfig) FROM pg_catalog.pg_db_role_setting s"
+                    " JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase"
+                    " WHERE d.datname = %s AND s.setrole = 0",
+                    [template],
+                ).fetchall()
+                for (setting,) in rows:
+                    key, _, value = str(setting).partition("=")
+                    conn.execute(
+                        sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                            sql.Identifier(name),
+                            sql.Identifier(*key.split(".")),
+                            sql.Literal(value),
+                        )
+                    )
+
+    # -- looking at and moving shards (the tests) --------------------------------
+
+    def on_every_node(
+        self, database: str, query: str, params: Sequence[object] = ()
+    ) -> dict[int, list[tuple[Any, ...]]]:
+        """The rows ``query`` returns on each node's copy of ``database`` (as the superuser,
+        autocommit), by the node's port, the coordinator first."""
+        rows: dict[int, list[tuple[Any, ...]]] = {}
+        for node in self.nodes:
+            with psycopg.connect(node.url(database), autocommit=True) as conn:
+                cur = conn.execute(query, params or None)
+                rows[node.port] = cur.fetchall() if cur.description else []
+        return rows
+
+    def node_port_of(self, database: str, table: str, value: object) -> int:
+        """The port of the node holding the shard of the distributed ``table`` (e.g.
+        ``codity.jobs``) where its distribution column is ``value`` (a queue id)."""
+        with psycopg.connect(self.url(database), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT s.nodeport FROM pg_catalog.citus_shards s"
+                " WHERE s.shardid = pg_catalog.get_shard_id_for_distribution_column(%s, %s)",
+                [table, value],
+            ).fetchone()
+        if row is None:
+            raise LookupError(f"no shard of {table} for {value!r} in {database}")
+        return int(row[0])
+
+    def move_shard(
+        self,
+        database: str,
+        table: str,
+        value: object,
+        to_port: int,
+        *,
+        mode: str = "block_writes",
+    ) -> int:
+        """Move the shard of ``table`` holding ``value``, with every shard colocated with it
+        (the queue's whole shard group), to the worker node on ``to_port``, through
+        ``citus_move_shard_placement``; returns the shard id. ``mode`` is Citus's
+        ``shard_transfer_mode``: ``block_writes`` (writes to the shards wait for the copy) or
+        ``force_logical`` (copied by logical replication while writes go on, then a short
+        block for the catch-up)."""
+        from_port = self.node_port_of(database, table, value)
+        with psycopg.connect(self.url(database), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT pg_catalog.get_shard_id_for_distribution_column(%s, %s)", [table, value]
+            ).fetchone()
+            assert row is not None
+            shard = int(row[0])
+            conn.execute(
+                "SELECT pg_catalog.citus_move_shard_placement(%s, '127.0.0.1', %s,"
+                " '127.0.0.1', %s, shard_transfer_mode => %s::citus.shard_transfer_mode)",
+                [shard, from_port, to_port, mode],
+            )
+        return shard
 
     @contextlib.contextmanager
     def database(self, template: str, name: str) -> Iterator[str]:
