@@ -297,6 +297,23 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from codity.bench import BenchError, run_command
 
     try:
+        if args.citus:
+            from codity.bench.citus_bench import run_citus_command
+
+            if args.against:
+                raise UsageError("bench: --citus and --against are two different runs")
+            try:
+                return run_citus_command(
+                    quick=args.quick,
+                    jobs=args.jobs,
+                    workers=args.workers,
+                    concurrency=args.concurrency,
+                    write=not args.no_write,
+                    command=_bench_command(args),
+                )
+            except KeyboardInterrupt:
+                print("codity bench: interrupted; the servers it started are gone", file=sys.stderr)
+                return 130
         if args.against:
             from codity.bench.against_pgqueuer import run_against_command
 
@@ -321,6 +338,16 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     except BenchError as exc:
         print(f"codity bench: {exc}", file=sys.stderr)
         return 1
+
+
+def _bench_command(args: argparse.Namespace) -> str:
+    """The bench's command line as run, for the record it writes."""
+    words = ["./codity bench", "--citus" if args.citus else ""]
+    words += ["--quick" if args.quick else "", "--no-write" if args.no_write else ""]
+    for flag in ("workers", "concurrency", "jobs"):
+        value = getattr(args, flag)
+        words.append(f"--{flag} {value}" if value is not None else "")
+    return " ".join(w for w in words if w)
 
 
 def _cmd_soak(args: argparse.Namespace, settings: Settings) -> int:
@@ -474,6 +501,12 @@ def _parser() -> argparse.ArgumentParser:
         "--against",
         choices=["pgqueuer"],
         help="side by side with PGQueuer 1.6 (installed into a virtual environment of its own)",
+    )
+    bench.add_argument(
+        "--citus",
+        action="store_true",
+        help="plain PostgreSQL 18 against a 3-node Citus cluster, both started for the run"
+        " (DATABASE_URL unused); docs/PERFORMANCE.md, 'Codity on Citus'",
     )
     bench.set_defaults(func=_cmd_bench)
 
