@@ -61,7 +61,8 @@ BEGIN
     -- never plans on one node (DESIGN.md, "Room to scale out", rule 3).
     SELECT pg_catalog.min(c.ord) FILTER (WHERE c.problem IS NOT NULL) AS bad_ord,
            pg_catalog.min(c.ord) FILTER (WHERE c.size > 65536) AS big_ord,
-           pg_catalog.array_agg(pg_catalog.nextval('codity.jobs_id_seq') ORDER BY c.ord) AS ids
+           pg_catalog.array_agg(pg_catalog.nextval('codity.jobs_id_seq') ORDER BY c.ord) AS ids,
+           coalesce(pg_catalog.bool_or(c.spec ->> 'idempotency_key' IS NOT NULL), false) AS keyed
     INTO v_batch
     FROM (
         SELECT e.ord::integer AS ord, e.spec, codity._job_spec_problem(e.spec) AS problem,
@@ -103,6 +104,14 @@ BEGIN
     ORDER BY s.ord
     ON CONFLICT (queue_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
     GET DIAGNOSTICS v_inserted = ROW_COUNT;
+    -- Only a job with a key can have been left out. Where one could, the rows that went in
+    -- are counted by their ids: on a Citus cluster an INSERT ... SELECT is sent to the shard
+    -- from the coordinator's side, and its row count is the rows sent, not those kept.
+    IF v_batch.keyed THEN
+        SELECT pg_catalog.count(*)::integer INTO v_inserted
+        FROM codity.jobs j
+        WHERE j.queue_id = v_queue.id AND j.id = ANY (v_batch.ids);
+    END IF;
 
     IF v_inserted = cardinality(v_batch.ids) THEN
         -- Every job went in as described: each position's answer is known without a read.
