@@ -6,6 +6,14 @@ and completes, fails (retry history) or exhausts them (dead letters) through the
 functions a real worker uses, so the dashboard and ``codity status`` have something to show
 before any worker has run. Reset first: everything in the default project goes; then
 nothing is left paused.
+
+Each statement commits on its own (an autocommit connection), not the whole seeding in one
+transaction: on a Citus cluster the job tables are distributed and the queues, projects
+and users are reference tables, and Citus refuses a transaction that writes the job shards
+over several connections and then a reference table they point at (the reset deletes
+executions of every queue, then the queues). It also lets each worker call be sent whole to
+the node of its queue, as a real worker's is. A seeding that fails halfway leaves part of
+the demo behind; running it again resets and seeds it whole.
 """
 
 from __future__ import annotations
@@ -151,24 +159,21 @@ def _history(conn: psycopg.Connection[Any]) -> None:
 
 def seed_demo(url: str) -> dict[str, int]:
     """Reset the default project and seed the demo data set; returns counts per job status."""
-    with psycopg.connect(url) as conn:
-        with conn.transaction():
-            _reset(conn)
-            _operator(conn)
-            _create_queues(conn)
-            _history(conn)
-            # Work left for real workers: due now, and one report far in the future.
-            emails = [{"to": f"new{i}@example.com"} for i in range(30)]
-            _enqueue(conn, "emails", _jobs("emails.send", emails))
-            reports = [{"report": f"monthly-{i}"} for i in range(5)]
-            _enqueue(conn, "reports", _jobs("reports.generate", reports))
-            later = [{"report": "yearly"}]
-            _enqueue(
-                conn, "reports", _jobs("reports.generate", later, run_at="2100-01-01T00:00:00Z")
-            )
-            hooks = [{"url": f"https://hooks.example/n{i}"} for i in range(20)]
-            _enqueue(conn, "webhooks", _jobs("webhooks.deliver", hooks))
-            conn.execute("SELECT * FROM codity.resume_all()")
+    with psycopg.connect(url, autocommit=True) as conn:
+        _reset(conn)
+        _operator(conn)
+        _create_queues(conn)
+        _history(conn)
+        # Work left for real workers: due now, and one report far in the future.
+        emails = [{"to": f"new{i}@example.com"} for i in range(30)]
+        _enqueue(conn, "emails", _jobs("emails.send", emails))
+        reports = [{"report": f"monthly-{i}"} for i in range(5)]
+        _enqueue(conn, "reports", _jobs("reports.generate", reports))
+        later = [{"report": "yearly"}]
+        _enqueue(conn, "reports", _jobs("reports.generate", later, run_at="2100-01-01T00:00:00Z"))
+        hooks = [{"url": f"https://hooks.example/n{i}"} for i in range(20)]
+        _enqueue(conn, "webhooks", _jobs("webhooks.deliver", hooks))
+        conn.execute("SELECT * FROM codity.resume_all()")
         rows = conn.execute(
             "SELECT status::text, count(*) FROM codity.jobs GROUP BY 1 ORDER BY 1"
         ).fetchall()

@@ -152,9 +152,9 @@ def test_replay_all_states_its_scope_and_count_then_replays_exactly_that(
         assert confirm.status_code == 200, confirm.text
         assert "Replay 3 dead letters in queue emails matching task:send" not in confirm.text
         assert "Replay 3 dead letters in queue emails matching task:emails.send" in confirm.text
-        assert f'data-count="3" data-up-to-id="{max(counted)}"' in confirm.text
-        up_to_id = re.search(r'name="up_to_id" value="(\d+)"', confirm.text)
-        assert up_to_id and int(up_to_id.group(1)) == max(counted)
+        assert 'data-count="3" data-as-of="' in confirm.text
+        as_of = re.search(r'name="as_of" value="([^"]+)"', confirm.text)
+        assert as_of, "the confirmation posts the time its dry run counted at"
 
         assert 'name="confirmed" value="3"' in confirm.text
 
@@ -166,7 +166,7 @@ def test_replay_all_states_its_scope_and_count_then_replays_exactly_that(
             {
                 "queue": "emails",
                 "task": "emails.send",
-                "up_to_id": up_to_id.group(1),
+                "as_of": as_of.group(1),
                 "confirmed": "3",
             },
         )

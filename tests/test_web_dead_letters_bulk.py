@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 from codity.web.access import Role
 from codity.web.endpoints import dead_letters as endpoint
 from tests.dashboard import sign_in
+from tests.sqlapi import one
 from tests.test_web_jobs import create_queue, dead_letter
 from tests.webapp import Tenant, User, add_user, make_tenant, web_client
 
@@ -106,6 +107,7 @@ def test_a_confirmed_replay_all_replays_exactly_what_its_dry_run_counted(
     monkeypatch.setattr(endpoint, "_replay_batch", counting)
     with web_client(db_url) as client:
         dry = _replay(client, admin, queue="emails", task="emails.send", dry_run=True)
+        assert dry.pop("as_of"), "a dry run answers the time it counted at"
         assert dry == {
             "count": 5,
             "matched": 5,
@@ -254,3 +256,30 @@ def test_a_count_past_the_cap_says_so_on_the_api_and_the_page(
         assert "Replay all 10,000+ matching" in page.text
         confirm = session.get("/dead-letters/confirm")
         assert "Replay 10,001 dead letters in every queue" in confirm.text, "exact when confirming"
+
+
+def test_a_confirmed_replay_all_leaves_out_a_later_letter_with_a_lower_id(
+    db_url: str, conn: psycopg.Connection, tenant: Tenant
+) -> None:
+    """Rule 5 (DESIGN.md): on a Citus cluster a letter written on a worker node draws a
+    high id, a later one on the coordinator a low one. Shown here on one server by drawing
+    the first letters' ids from a node's range: the dry run's ``as_of`` leaves the later
+    letter out, where the old bound, ``up_to_id``, sweeps it in."""
+    admin = add_user(conn, tenant, Role.ADMIN)
+    low = int(one(conn, "SELECT coalesce(max(id), 0) + 1000 FROM codity.dead_letters"))
+    restart = "ALTER TABLE codity.dead_letters ALTER COLUMN id RESTART WITH {:d}"
+    conn.execute(restart.format(2**49))
+    first = [dead_letter(conn, tenant, "emails", "emails.send")[1] for _ in range(2)]
+    conn.execute(restart.format(low))
+    with web_client(db_url) as client:
+        dry = _replay(client, admin, dry_run=True)
+        assert (dry["count"], dry["up_to_id"]) == (2, max(first))
+        late = dead_letter(conn, tenant, "emails", "emails.send")[1]
+        assert late < dry["up_to_id"], "the later letter drew a lower id"
+        run = _replay(client, admin, as_of=dry["as_of"], confirmed=dry["count"])
+        assert sorted(run["dead_letter_ids"]) == first
+        assert (run["matched"], run["affected"], run["skipped"]) == (2, 2, 0)
+        assert _unreplayed(conn, tenant) == {late}, "the later letter was left alone"
+
+        old = _replay(client, admin, up_to_id=dry["up_to_id"])
+        assert old["dead_letter_ids"] == [late], "the id bound sweeps the later letter in"

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from codity.web.access import Role
 from codity.web.endpoints.jobs_bulk import BATCH
+from tests.sqlapi import one
 from tests.test_web_jobs import create_queue, dead_letter
 from tests.webapp import Tenant, add_user, api_key, bearer, make_tenant, web_client
 
@@ -81,6 +82,7 @@ def test_cancel_by_ids_cancels_what_applies_and_skips_the_rest(
             "affected": 3,
             "skipped": 3,
             "up_to_id": None,
+            "as_of": None,
             "dry_run": True,
             "batches": 0,
         }
@@ -94,6 +96,7 @@ def test_cancel_by_ids_cancels_what_applies_and_skips_the_rest(
             "affected": 3,
             "skipped": 3,
             "up_to_id": None,
+            "as_of": None,
             "dry_run": False,
             "batches": None,
         }
@@ -251,7 +254,8 @@ def test_roles_viewer_refused_member_only_by_ids(
         ({"action": "cancel", "ids": []}, "at least 1"),
         ({"action": "cancel", "ids": list(range(1, 1002))}, "at most 1000"),
         ({"action": "cancel", "ids": [0]}, "greater than or equal to 1"),
-        ({"action": "cancel", "ids": [1], "up_to_id": 5}, "up_to_id bounds a filter"),
+        ({"action": "cancel", "ids": [1], "up_to_id": 5}, "bound a filter"),
+        ({"action": "cancel", "ids": [1], "as_of": "2030-01-01T00:00:00Z"}, "bound a filter"),
         ({"action": "delete", "ids": [1]}, "'cancel' or 'retry'"),
         ({"action": "retry", "filter": {"payload": "[1]"}}, "payload must be a JSON object"),
         ({"action": "retry", "filter": {"status": "nope"}}, "Input should be"),
@@ -274,3 +278,53 @@ def test_the_bulk_route_is_in_the_openapi_document(db_url: str) -> None:
     with web_client(db_url) as client:
         schema = client.get("/api/v1/openapi.json").json()
     assert "post" in schema["paths"][BULK]
+
+
+NODE_RANGE = 2**49
+"""Where a Citus worker node draws its ids (group 2 << 48): ids with no order to the time."""
+
+
+def test_a_confirmed_run_leaves_out_a_later_job_with_a_lower_id(
+    db_url: str, conn: psycopg.Connection, tenant: Tenant
+) -> None:
+    """Rule 5 (DESIGN.md): on a Citus cluster a job enqueued on a worker node draws a high id,
+    and a job enqueued later on the coordinator a low one. Shown here on one server by
+    drawing the first jobs' ids from a node's range: the dry run's ``as_of`` leaves the later
+    job out, and the old bound, ``up_to_id``, is shown to sweep it in."""
+    admin = add_user(conn, tenant, Role.ADMIN)
+    low = int(one(conn, "SELECT coalesce(max(id), 0) + 1000 FROM codity.jobs"))
+    restart = "ALTER TABLE codity.jobs ALTER COLUMN id RESTART WITH {:d}"
+    conn.execute(restart.format(NODE_RANGE))
+    seen = enqueue_many(conn, tenant, 3, task="send")
+    conn.execute(restart.format(low))
+    scope = {"queue": "emails", "task": "send"}
+    with web_client(db_url) as client:
+        dry = post(client, admin, {"action": "cancel", "filter": scope, "dry_run": True})
+        counted = dry.json()["data"]
+        assert (counted["matched"], counted["up_to_id"]) == (3, max(seen))
+        (later,) = enqueue_many(conn, tenant, 1, task="send")
+        assert later < counted["up_to_id"], "the later job drew a lower id"
+
+        body = {"action": "cancel", "filter": scope, "as_of": counted["as_of"]}
+        run = post(client, admin, {**body, "dry_run": True}).json()["data"]
+        assert run["matched"] == 3, "a dry run at the confirmed time counts what was shown"
+        done = post(client, admin, body).json()["data"]
+        assert (done["matched"], done["affected"], done["as_of"]) == (3, 3, counted["as_of"])
+        assert statuses(conn, seen) == {"cancelled": 3}
+        assert statuses(conn, [later]) == {"queued": 1}, "enqueued after the dry run: untouched"
+
+        (again,) = enqueue_many(conn, tenant, 1, task="send")
+        old = post(client, admin, {"action": "cancel", "filter": scope, "up_to_id": max(seen)})
+        assert old.json()["data"]["affected"] == 2, "the id bound sweeps both later jobs in"
+    assert statuses(conn, [later, again]) == {"cancelled": 2}
+
+
+def test_an_as_of_in_the_future_counts_as_now(
+    db_url: str, conn: psycopg.Connection, tenant: Tenant
+) -> None:
+    admin = add_user(conn, tenant, Role.ADMIN)
+    enqueue_many(conn, tenant, 2, task="send")
+    body = {"action": "cancel", "filter": {"task": "send"}, "dry_run": True}
+    with web_client(db_url) as client:
+        dry = post(client, admin, {**body, "as_of": "2999-01-01T00:00:00Z"}).json()["data"]
+    assert dry["matched"] == 2 and dry["as_of"] < "2999"

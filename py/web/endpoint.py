@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
 
-__all__ = ["Endpoint", "Handler", "Reply"]
+__all__ = ["Endpoint", "Handler", "ReadBack", "Reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,23 @@ class Reply:
     status: int = 200
     meta: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """What a handler returns when its answer must be read after its write commits: ``read``
+    runs in a transaction of its own, for the same caller and tenant, and what it returns
+    is the answer (as a handler's would be).
+
+    For handlers that write through a SECURITY DEFINER function and answer with rows of the
+    job tables (the job as it is now). On a Citus cluster the function writes the shards over
+    connections as its owner, and Citus refuses to read them as codity_app later in the same
+    transaction (SQLSTATE 25001, "placements that were modified in this transaction by a
+    different user"): the read must come after the commit. On one server the answer is the
+    same; the read is a second, short transaction.
+    """
+
+    read: Callable[[Call[Any, Any]], Awaitable[Any]]
 
 
 Handler = Callable[[Call[Any, Any]], Awaitable[Any]]

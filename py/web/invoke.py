@@ -3,7 +3,9 @@
 The API's routes (``codity.web.mount``) and the dashboard's pages (``codity.web.dashboard``)
 both call handlers through :func:`invoke`, so a page reads and acts exactly as the API does:
 the request's one transaction as ``codity_app``, **the guard** for every project-scoped
-endpoint, the role check, the enqueue rate limit, then the handler. There is no second
+endpoint, the role check, the enqueue rate limit, then the handler (and, when it answers
+with a :class:`~codity.web.endpoint.ReadBack`, its read in a second transaction once the
+first has committed, for the same caller and tenant). There is no second
 path to the tables. What differs is only how the principal was authenticated (a bearer
 credential, or the dashboard's session cookie) and how the result is rendered (an
 envelope, or a template).
@@ -22,7 +24,7 @@ from starlette.requests import Request
 from codity.web.access import Limit, Scope
 from codity.web.call import Call, Principal, Tenant
 from codity.web.database import transaction
-from codity.web.endpoint import Endpoint
+from codity.web.endpoint import Endpoint, ReadBack
 from codity.web.guard import check_role, guard
 from codity.web.ratelimit import charge
 from codity.web.settings import WebSettings
@@ -90,4 +92,13 @@ async def invoke(endpoint: Endpoint, principal: Principal | None, how: Invocatio
                 window_seconds=60,
                 cost=cost,
             )
-        return await endpoint.handler(make_call(conn, tenant))
+        result = await endpoint.handler(make_call(conn, tenant))
+    if isinstance(result, ReadBack):
+        async with transaction(
+            how.pool,
+            user_id=user_id,
+            org_id=tenant.org_id if tenant else None,
+            project_id=tenant.project_id if tenant else None,
+        ) as conn:
+            result = await result.read(make_call(conn, tenant))
+    return result

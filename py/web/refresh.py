@@ -30,7 +30,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from codity.web.database import set_tenant, transaction
+from codity.web.database import set_tenant, set_user, transaction
 from codity.web.errors import ApiError
 from codity.web.settings import WebSettings
 
@@ -70,7 +70,7 @@ def invalid_refresh() -> ApiError:
 
 async def act_as_user(conn: AsyncConnection[Any], user_id: int) -> None:
     """Let this transaction see the user's own memberships (row-level security keys on it)."""
-    await conn.execute("SELECT set_config('codity.user_id', %s, true)", [str(user_id)])
+    await set_user(conn, user_id)
 
 
 _INSERT = """

@@ -51,6 +51,10 @@ class NewApiKey(ApiKey):
 
 
 _COLUMNS = "id, name, prefix, role::text AS role, created_by, created_at, last_used_at, revoked_at"
+# The same, as an INSERT returns them: the role as the enum itself (psycopg reads an enum it
+# has no adapter for as its text), since Citus allows no cast that is not IMMUTABLE in a
+# RETURNING clause of a reference table's insert.
+_RETURNED = "id, name, prefix, role, created_by, created_at, last_used_at, revoked_at"
 
 
 async def list_keys(call: Call[None, None]) -> list[dict[str, Any]]:
@@ -71,7 +75,7 @@ async def create_key(call: Call[ApiKeyCreate, None]) -> dict[str, Any]:
     cur = await call.conn.execute(
         "INSERT INTO codity.api_keys (project_id, name, prefix, key_hash, role, created_by)"
         " VALUES (%s, %s, %s, %s, %s::codity.member_role, %s)"
-        f" RETURNING {_COLUMNS}",
+        f" RETURNING {_RETURNED}",
         [
             call.project_id,
             call.body.name,
@@ -87,14 +91,20 @@ async def create_key(call: Call[ApiKeyCreate, None]) -> dict[str, Any]:
 
 
 async def revoke_key(call: Call[None, None]) -> None:
-    """Idempotent: revoking a revoked key keeps its first revocation time."""
-    await one_or_404(
-        call,
-        "UPDATE codity.api_keys SET revoked_at = coalesce(revoked_at, now())"
-        " WHERE project_id = %s AND id = %s RETURNING id",
-        [call.project_id, path_id(call, "key_id", "API key")],
-        "API key",
+    """Idempotent: revoking a revoked key keeps its first revocation time. The update
+    leaves a revoked key out rather than keep its time with ``coalesce(revoked_at, now())``
+    (Citus allows no ``now()`` inside COALESCE in an update of a reference table); a key
+    it did not change must then exist, revoked, or the answer is 404."""
+    key = [call.project_id, path_id(call, "key_id", "API key")]
+    cur = await call.conn.execute(
+        "UPDATE codity.api_keys SET revoked_at = now()"
+        " WHERE project_id = %s AND id = %s AND revoked_at IS NULL RETURNING id",
+        key,
     )
+    if await cur.fetchone() is None:
+        await one_or_404(
+            call, "SELECT 1 FROM codity.api_keys WHERE project_id = %s AND id = %s", key, "API key"
+        )
 
 
 ROUTES = [

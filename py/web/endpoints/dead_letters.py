@@ -6,8 +6,14 @@ replay one letter twice). Reads select from the tables, filtered by project expl
 on top of row-level security. A letter of another project reads exactly as a missing one.
 
 Replaying all that match is a two-step action for people: a dry run answers the exact
-count and ``up_to_id``, the highest matching id at that moment; the confirmed run passes
-``up_to_id`` back, so a letter that arrives after the confirmation is never swept in. The
+count and ``as_of``, the database time it counted at; the confirmed run passes ``as_of``
+back, so a letter dead-lettered after the confirmation is never swept in (one whose
+transaction began before ``as_of`` and committed after it is as old as the others, and
+falls inside). A time, not the highest id shown: ids carry no global order (DESIGN.md,
+rule 5), and on a Citus cluster a letter written on a worker node draws its id from that
+node's range, so a newer letter can have a lower id. ``up_to_id``, the highest id in
+scope, is still answered and still honoured when given, for clients written before
+``as_of``; on a cluster only ``as_of`` leaves the newer letters out. The
 run itself goes in batches of :data:`BATCH`, each its own transaction (the tenant set as
 the guard set it), so a replay of 100,000 letters never holds 100,000 row locks at once
 and what is done stays done if the client goes away; the answer says how many were
@@ -41,8 +47,11 @@ BATCH = 500
 """Dead letters replayed per transaction by a replay-all."""
 
 LEGACY_LIMIT = 100
-"""A real replay-all that names neither ``limit`` nor ``up_to_id`` replays at most this many
-(as it always has): an unbounded replay must be bounded by a confirmed ``up_to_id``."""
+"""A real replay-all that names neither ``limit`` nor a bound (``as_of``, or ``up_to_id``)
+replays at most this many (as it always has): an unbounded replay must be bounded by a
+confirmed dry run."""
+
+_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 class DeadLetterQuery(Strict):
@@ -60,23 +69,29 @@ class ReplayAll(Strict):
     task: BoundedText | None = None
     dead_after: AwareDatetime | None = None
     dead_before: AwareDatetime | None = None
+    as_of: AwareDatetime | None = Field(
+        None,
+        description="Replay only letters dead-lettered at or before this time (a dry run's "
+        "as_of), so letters that arrive after the confirmation are left alone.",
+    )
     up_to_id: int | None = Field(
         None,
         ge=1,
         le=MAX_ID,
-        description="Replay only letters with an id up to this one (a dry run's up_to_id), "
-        "so letters that arrive after the confirmation are left alone.",
+        description="Deprecated, use as_of. Replay only letters with an id up to this one (a "
+        "dry run's up_to_id). Ids carry no order across the nodes of a Citus cluster, where "
+        "this does not leave newer letters out.",
     )
     limit: int | None = Field(
         None,
         ge=1,
         le=1000,
-        description="At most this many. Omitted: every match when up_to_id is given (or in a "
-        f"dry run), else {LEGACY_LIMIT}.",
+        description="At most this many. Omitted: every match when as_of or up_to_id is given "
+        f"(or in a dry run), else {LEGACY_LIMIT}.",
     )
     dry_run: bool = Field(
         False,
-        description="Replay nothing; answer the exact count a run with the returned up_to_id "
+        description="Replay nothing; answer the exact count a run with the returned as_of "
         "would replay.",
     )
     confirmed: int | None = Field(
@@ -113,18 +128,22 @@ class Replayed(BaseModel):
 
 
 class ReplayedAll(BaseModel):
-    """Shaped as the jobs' bulk answer (matched / affected / skipped / up_to_id / batches)."""
+    """Shaped as the jobs' bulk answer (matched / affected / skipped / as_of / batches)."""
 
     count: int
     """The same as ``affected`` (the name this answer had first)."""
     matched: int
-    """Unreplayed letters in scope (id up to ``up_to_id``) when the request began."""
+    """Unreplayed letters in scope (dead at or before ``as_of``) when the request began."""
     affected: int
-    """Replayed; in a dry run, how many a run with ``up_to_id`` would replay."""
+    """Replayed; in a dry run, how many a run with ``as_of`` would replay."""
     skipped: int
     """Of the ``confirmed`` count (else of ``matched``), those another replay took first."""
+    as_of: dt.datetime
+    """The time the scope was counted at, or the ``as_of`` given; pass it back to confirm a
+    dry run."""
     up_to_id: int | None
-    """The highest id in scope (None: nothing matched); pass it back to confirm a dry run."""
+    """The highest id in scope (None: nothing matched), for clients written before
+    ``as_of``."""
     dry_run: bool
     batches: int
     """SQL calls made (each its own transaction); 0 in a dry run."""
@@ -183,15 +202,20 @@ _IN_SCOPE = (
     _MATCHING
     + """
   AND d.replayed_at IS NULL
+  AND d.dead_at <= least(%(as_of)s::timestamptz, now())
   AND (%(up_to_id)s::bigint IS NULL OR d.id <= %(up_to_id)s::bigint)
 """
 )
 
 # What a replay-all would take: exact, since the operator confirms that number. With a
-# limit, the count stops there; the highest id is the first row either way.
-_SCOPE = "SELECT count(*) AS n, max(d.id) AS up_to_id" + _IN_SCOPE
+# limit, the count stops there. The time bound is the one given, or now when none is or
+# the one given is later (least() ignores a NULL).
+_BOUND = "least(%(as_of)s::timestamptz, now()) AS as_of"
+_SCOPE = "SELECT count(*) AS n, max(d.id) AS up_to_id, " + _BOUND + _IN_SCOPE
 _SCOPE_LIMITED = (
-    "SELECT count(*) AS n, max(s.id) AS up_to_id FROM (SELECT d.id"
+    "SELECT count(*) AS n, max(s.id) AS up_to_id, "
+    + _BOUND
+    + " FROM (SELECT d.id"
     + _IN_SCOPE
     + " ORDER BY d.id DESC LIMIT %(limit)s) AS s"
 )
@@ -250,9 +274,12 @@ async def replay_dead_letter(call: Call[None, None]) -> dict[str, Any]:
     return {"dead_letter_id": letter_id, **rows[0]}
 
 
-async def _scope(call: Call[ReplayAll, None], limit: int | None) -> tuple[int, int | None]:
-    """How many unreplayed letters match (at most ``limit``) and the highest id among them;
-    an unknown queue is 404 before anything is counted or replayed."""
+async def _scope(
+    call: Call[ReplayAll, None], limit: int | None
+) -> tuple[int, int | None, dt.datetime]:
+    """How many unreplayed letters match (at most ``limit``), the highest id among them and
+    the time bound they were counted to; an unknown queue is 404 before anything is counted
+    or replayed."""
     body = call.body
     if body.queue is not None:
         await one_or_404(
@@ -262,14 +289,16 @@ async def _scope(call: Call[ReplayAll, None], limit: int | None) -> tuple[int, i
             "queue",
         )
     params = {
-        **body.model_dump(include={"queue", "task", "dead_after", "dead_before", "up_to_id"}),
+        **body.model_dump(
+            include={"queue", "task", "dead_after", "dead_before", "as_of", "up_to_id"}
+        ),
         "project_id": call.project_id,
         "limit": limit,
     }
     cur = await call.conn.execute(_SCOPE if limit is None else _SCOPE_LIMITED, params)
     row = await cur.fetchone()
     assert row is not None
-    return int(row["n"]), row["up_to_id"]
+    return int(row["n"]), row["up_to_id"], row["as_of"]
 
 
 async def _replay_batch(
@@ -286,19 +315,23 @@ async def _replay_batch(
 
 async def replay_all(call: Call[ReplayAll, None]) -> dict[str, Any]:
     body = call.body
-    bounded = body.up_to_id is not None or body.dry_run
+    bounded = body.as_of is not None or body.up_to_id is not None or body.dry_run
     limit = body.limit if body.limit is not None else (None if bounded else LEGACY_LIMIT)
-    matched, up_to_id = await _scope(call, limit)
+    matched, up_to_id, as_of = await _scope(call, limit)
     replayed: list[dict[str, Any]] = []
     batches = 0
+    # codity.replay_dead_letters bounds dead_at by p_dead_before (exclusive): "at or before
+    # as_of" is "before as_of plus a microsecond", timestamptz's resolution.
+    until = as_of + _MICROSECOND
     params = {
-        **body.model_dump(include={"queue", "task", "dead_after", "dead_before"}),
+        **body.model_dump(include={"queue", "task", "dead_after"}),
+        "dead_before": until if body.dead_before is None else min(body.dead_before, until),
         "project_id": call.project_id,
-        "up_to_id": up_to_id,
+        "up_to_id": body.up_to_id,
     }
     left = limit
     with contextlib.nullcontext() if body.dry_run else bulk_slot():
-        while not body.dry_run and up_to_id is not None and (left is None or left > 0):
+        while not body.dry_run and matched > 0 and (left is None or left > 0):
             size = BATCH if left is None else min(BATCH, left)
             batch = await _replay_batch(call, {**params, "limit": size})
             batches += 1
@@ -319,6 +352,7 @@ async def replay_all(call: Call[ReplayAll, None]) -> dict[str, Any]:
         "matched": matched,
         "affected": affected,
         "skipped": skipped,
+        "as_of": as_of,
         "up_to_id": up_to_id,
         "dry_run": body.dry_run,
         "batches": batches,
@@ -372,7 +406,7 @@ ROUTES = [
         Scope.PROJECT,
         replay_all,
         "Replay every unreplayed dead letter matching a filter, in batches"
-        " (dry_run first: the exact count and up_to_id to confirm)",
+        " (dry_run first: the exact count and as_of to confirm)",
         "dead-letters",
         min_role=Role.ADMIN,
         body=ReplayAll,

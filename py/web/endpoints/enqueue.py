@@ -19,8 +19,8 @@ from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
 from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Reply
-from codity.web.endpoints.jobs import Job, read_job
+from codity.web.endpoint import Endpoint, ReadBack, Reply
+from codity.web.endpoints.jobs import Job, job_read_back
 from codity.web.fields import BoundedText, QueueName, Strict
 from codity.web.lookups import fetch_all
 
@@ -44,6 +44,14 @@ class JobSpec(Strict):
     def _one_way_to_say_when(self) -> Self:
         if self.run_at is not None and self.delay_ms is not None:
             raise ValueError("give run_at or delay_ms, not both")
+        if self.run_at is not None:
+            # A time whose UTC falls past the year 9999 (9999-12-31T23:59-14:00) is stored by
+            # PostgreSQL but cannot be read back into an answer; refused before the job is
+            # written, since the answer is read after the enqueue commits.
+            try:
+                self.run_at.astimezone(dt.UTC)
+            except OverflowError:
+                raise ValueError("run_at must be at most 9999-12-31T23:59:59Z") from None
         return self
 
 
@@ -105,7 +113,7 @@ def _payload_shape(payloads: list[dict[str, Any]]) -> dict[str, Any]:
     return {"payload_bytes": sum(sizes), "payload_keys": keys}
 
 
-async def enqueue_job(call: Call[EnqueueOne, None]) -> Reply:
+async def enqueue_job(call: Call[EnqueueOne, None]) -> ReadBack:
     body = call.body
     now = await _database_now(call) if body.delay_ms is not None else None
     rows = await fetch_all(
@@ -133,8 +141,7 @@ async def enqueue_job(call: Call[EnqueueOne, None]) -> Reply:
             **_payload_shape([body.payload]),
         },
     )
-    job = await read_job(call, job_id)
-    return Reply(job, status=201 if is_new else 200, meta={"duplicate": not is_new})
+    return job_read_back(job_id, status=201 if is_new else 200, meta={"duplicate": not is_new})
 
 
 async def enqueue_batch(call: Call[EnqueueBatch, None]) -> Reply:

@@ -31,7 +31,7 @@ from pydantic import AwareDatetime, BaseModel, BeforeValidator, Field, WithJsonS
 
 from codity.web.access import Role, Scope
 from codity.web.call import Call
-from codity.web.endpoint import Endpoint, Reply
+from codity.web.endpoint import Endpoint, ReadBack, Reply
 from codity.web.endpoints.job_history import DeadLetterRecord, FenceRejection, TimelineEvent
 from codity.web.endpoints.job_history import timeline as job_timeline
 from codity.web.fields import MAX_ID, BoundedText, QueueName, Strict
@@ -42,6 +42,7 @@ from codity.web.paging import decode_id_cursor, page_meta
 __all__ = [
     "JOB_MATCH",
     "JOB_STATUSES",
+    "QUEUES",
     "QUEUE_MATCH",
     "ROUTES",
     "TABS",
@@ -50,7 +51,9 @@ __all__ = [
     "JobId",
     "JobMatch",
     "JobStatus",
+    "job_read_back",
     "match_params",
+    "match_query",
     "read_job",
 ]
 
@@ -157,6 +160,12 @@ class JobListQuery(JobFilter):
     )
 
 
+def match_query(query: str, params: dict[str, Any]) -> str:
+    """``query`` (built with :data:`JOB_MATCH`) for these parameters: without the payload
+    line when the filter has no payload."""
+    return query if params["payload"] is not None else query.replace(PAYLOAD_MATCH, "\n")
+
+
 def match_params(match: JobMatch, project_id: int) -> dict[str, Any]:
     """The parameters of :data:`QUEUE_MATCH` and :data:`JOB_MATCH` for a filter."""
     params = match.model_dump(include=set(JobFilter.model_fields))
@@ -166,27 +175,49 @@ def match_params(match: JobMatch, project_id: int) -> dict[str, Any]:
     return params
 
 
+QUEUES = """
+FROM codity.queue_totals t
+JOIN codity.queues q ON q.id = t.queue_id
+"""
+"""The project's queues, one row each, for a query that walks them queue by queue (alias
+``t`` for the walk, ``q`` for the queue's name): from codity.queue_totals, which holds one
+row per queue (migration 0029), not from codity.queues. On a Citus cluster queue_totals is
+distributed with the jobs and queues is a reference table, and Citus plans a LATERAL
+subquery over the jobs only from a distributed table it shares the queue id with; on one
+server the plan is the same walk of a few rows."""
+
 QUEUE_MATCH = """
 q.project_id = %(project_id)s
   AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
 """
-"""The queues of a filter (alias ``q``): the project's, or its one named queue."""
+"""The queues of a filter (aliases ``t`` and ``q`` of :data:`QUEUES`): the project's, or
+its one named queue."""
 
-JOB_MATCH = """
+PAYLOAD_MATCH = """
+  AND j.id = ANY(ARRAY(SELECT codity.jobs_with_payload(%(payload)s::jsonb, %(project_id)s)))
+"""
+"""The payload line of :data:`JOB_MATCH`, in a query only when the filter has a payload
+(:func:`match_query`): Citus runs an uncorrelated subquery before the query that holds it,
+whatever guards it, so with a ``%(payload)s IS NULL OR`` in front the function would still
+be called, and refuse the NULL filter."""
+
+JOB_MATCH = (
+    """
   AND (%(status)s::codity.job_status[] IS NULL
        OR j.status = ANY(%(status)s::codity.job_status[]))
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
-  AND (%(worker_id)s::bigint IS NULL OR j.worker_id = %(worker_id)s::bigint)
-  AND (%(payload)s::jsonb IS NULL OR j.id = ANY(ARRAY(
-       SELECT codity.jobs_with_payload(%(payload)s::jsonb, %(project_id)s))))
-  AND (%(created_after)s::timestamptz IS NULL OR j.created_at > %(created_after)s::timestamptz)
+  AND (%(worker_id)s::bigint IS NULL OR j.worker_id = %(worker_id)s::bigint)"""
+    + PAYLOAD_MATCH
+    + """  AND (%(created_after)s::timestamptz IS NULL
+       OR j.created_at > %(created_after)s::timestamptz)
   AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s::timestamptz)
   AND (%(finished_after)s::timestamptz IS NULL OR j.finished_at > %(finished_after)s::timestamptz)
   AND (%(finished_before)s::timestamptz IS NULL
        OR j.finished_at < %(finished_before)s::timestamptz)
 """
-"""The rest of a filter, as lines after ``WHERE j.queue_id = q.id`` (alias ``j``)."""
+)
+"""The rest of a filter, as lines after ``WHERE j.queue_id = t.queue_id`` (alias ``j``)."""
 
 # ---------------------------------------------------------------------------------------
 # Models
@@ -273,11 +304,11 @@ WHERE q.project_id = %(project_id)s AND j.id = %(job_id)s
 
 _LIST = (
     _COLUMNS
+    + QUEUES
     + """
-FROM codity.queues q
 CROSS JOIN LATERAL (
     SELECT j.* FROM codity.jobs j
-    WHERE j.queue_id = q.id"""
+    WHERE j.queue_id = t.queue_id"""
     + JOB_MATCH
     + """
       AND (%(cursor)s::bigint IS NULL OR j.id < %(cursor)s::bigint)
@@ -296,10 +327,12 @@ _COUNT = (
     """
 SELECT least(count(*), codity.count_cap()) AS count, count(*) > codity.count_cap() AS capped
 FROM (
-    SELECT 1 FROM codity.queues q
+    SELECT 1"""
+    + QUEUES
+    + """
     CROSS JOIN LATERAL (
         SELECT 1 FROM codity.jobs j
-        WHERE j.queue_id = q.id"""
+        WHERE j.queue_id = t.queue_id"""
     + JOB_MATCH
     + """
         LIMIT codity.count_cap() + 1
@@ -346,7 +379,7 @@ async def read_job(call: Call[Any, Any], job_id: int) -> dict[str, Any]:
 
 async def count_matching(call: Call[Any, Any], params: dict[str, Any]) -> tuple[int, bool]:
     """How many jobs match (``params`` as :func:`match_params` gives), up to the cap."""
-    cur = await call.conn.execute(_COUNT, params, prepare=False)
+    cur = await call.conn.execute(match_query(_COUNT, params), params, prepare=False)
     found = await cur.fetchone()
     assert found is not None
     return int(found["count"]), bool(found["capped"])
@@ -361,7 +394,7 @@ async def list_jobs(call: Call[None, JobListQuery]) -> Reply:
     query = call.query
     params = match_params(query, call.project_id)
     cur = await call.conn.execute(
-        _LIST,
+        match_query(_LIST, params),
         {**params, "cursor": decode_id_cursor(query.cursor), "fetch": query.limit + 1},
         prepare=False,
     )
@@ -394,14 +427,25 @@ async def get_job(call: Call[None, None]) -> dict[str, Any]:
     return job
 
 
-async def cancel_job(call: Call[None, None]) -> dict[str, Any]:
+def job_read_back(job_id: int, **reply: Any) -> ReadBack:
+    """Answer with the job as it is once the write committed (``codity.web.endpoint.ReadBack``:
+    on Citus, codity_app may not read the shard a definer function wrote in the same
+    transaction); ``reply`` as :class:`Reply` takes it (status, meta)."""
+
+    async def read(call: Call[Any, Any]) -> Reply:
+        return Reply(await read_job(call, job_id), **reply)
+
+    return ReadBack(read)
+
+
+async def cancel_job(call: Call[None, None]) -> ReadBack:
     job_id = path_id(call, "job_id", "job")
     await fetch_all(call, "SELECT job_id FROM codity.cancel(%s, %s)", [job_id, call.project_id])
     log.info("job cancelled", extra={"job_id": job_id})
-    return await read_job(call, job_id)
+    return job_read_back(job_id)
 
 
-async def retry_job(call: Call[None, None]) -> Reply:
+async def retry_job(call: Call[None, None]) -> ReadBack:
     job_id = path_id(call, "job_id", "job")
     rows = await fetch_all(
         call,
@@ -415,8 +459,7 @@ async def retry_job(call: Call[None, None]) -> Reply:
             "dead_letter_id": rows[0]["dead_letter_id"],
         },
     )
-    job = await read_job(call, rows[0]["job_id"])
-    return Reply(job, meta={"dead_letter_id": rows[0]["dead_letter_id"]})
+    return job_read_back(rows[0]["job_id"], meta={"dead_letter_id": rows[0]["dead_letter_id"]})
 
 
 _ONE_PATH = "/api/v1/jobs/{job_id:int}"

@@ -6,39 +6,58 @@ One route, ``POST /api/v1/jobs/bulk``, with one of two scopes:
   of no job, is skipped like a job whose state the action does not apply to, so the
   answer says nothing about other tenants.
 - ``filter`` (the fields of ``GET /api/v1/jobs``, role admin, since one request can touch
-  every job of the project): every matching job with an id up to ``up_to_id``, in a state
+  every job of the project): every matching job created at or before ``as_of``, in a state
   the action applies to (cancel: scheduled, queued, claimed, running; retry:
-  dead_letter). A dry run answers the exact count and the highest matching id as
-  ``up_to_id``; the confirmed run passes it back, so a job enqueued after the operator
-  read the number is never swept in. A run without ``up_to_id`` bounds itself the same
-  way when it starts.
+  dead_letter). A dry run answers the exact count and ``as_of``, the database time it
+  counted at; the confirmed run passes it back, so a job enqueued after the operator read
+  the number is never swept in. A run without ``as_of`` bounds itself the same way when it
+  starts (and a given one later than the server's clock counts as now).
+
+Why a time and not the highest id shown: ids carry no global order (DESIGN.md, rule 5).
+On a Citus cluster a job enqueued on a worker node draws its id from that node's range,
+so a job enqueued after the dry run may have a lower id than every job the operator saw,
+and "id up to" would sweep it in. ``up_to_id`` (the highest id in scope) is still
+answered, and still honoured when a client passes it, for the clients written before
+``as_of``; on a cluster only ``as_of`` bounds the scope to what the operator saw. A job
+whose enqueueing transaction began before ``as_of`` and committed after it has an earlier
+``created_at`` and falls inside: it matched the filter and is as old as the others.
 
 The work goes through codity.cancel_jobs / codity.retry_jobs, :data:`BATCH` ids per call,
-each call in a transaction of its own that also picks its ids (a keyset walk down from
-``up_to_id``). Short transactions because a bulk action may cover 100,000 jobs: each
-holds at most :data:`BATCH` row locks for milliseconds, so workers claiming and
-completing in the same queues wait for no more than that; what is done stays done if the
-client goes away or a later batch fails; and no transaction stays open long enough to
-hold back vacuum. The price is that the whole is not atomic: a job that changes state
-between the dry run and its batch is skipped (the SQL functions judge each job on its
-locked row), and the answer counts it as such.
+each call in a transaction of its own that also picks its ids (a keyset walk down the ids
+from the highest in scope: any order walks a set once, and the scope is bounded by time).
+Short transactions because a bulk action may cover 100,000 jobs: each holds at most
+:data:`BATCH` row locks for milliseconds, so workers claiming and completing in the same
+queues wait for no more than that; what is done stays done if the client goes away or a
+later batch fails; and no transaction stays open long enough to hold back vacuum. The
+price is that the whole is not atomic: a job that changes state between the dry run and
+its batch is skipped (the SQL functions judge each job on its locked row), and the answer
+counts it as such.
 
 Payload values (a filter may hold some) are never logged; counts are.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
 from codity.web.access import Role, Scope
 from codity.web.bulk_slots import bulk_slot
 from codity.web.call import Call
 from codity.web.database import set_tenant, transaction
 from codity.web.endpoint import Endpoint
-from codity.web.endpoints.jobs import JOB_MATCH, QUEUE_MATCH, JobFilter, JobId, match_params
+from codity.web.endpoints.jobs import (
+    JOB_MATCH,
+    QUEUE_MATCH,
+    QUEUES,
+    JobFilter,
+    JobId,
+    match_params,
+    match_query,
+)
 from codity.web.errors import ApiError
 from codity.web.fields import Strict
 
@@ -86,65 +105,82 @@ class BulkAction(Strict):
     dry_run: bool = Field(
         False, description="Change nothing; answer what a run would match, affect and skip."
     )
+    as_of: AwareDatetime | None = Field(
+        None,
+        description="With filter: only jobs created at or before this time (a dry run's "
+        "as_of), so jobs enqueued after the confirmation are left alone. Omitted: the time "
+        "the run starts.",
+    )
     up_to_id: JobId | None = Field(
         None,
-        description="With filter: only jobs with an id up to this one (a dry run's up_to_id), "
-        "so jobs enqueued after the confirmation are left alone.",
+        description="Deprecated, use as_of. With filter: only jobs with an id up to this one "
+        "(a dry run's up_to_id). Ids carry no order across the nodes of a Citus cluster, "
+        "where this does not leave newer jobs out.",
     )
 
     @model_validator(mode="after")
     def _one_scope(self) -> Self:
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give either ids or filter (not both, not neither)")
-        if self.ids is not None and self.up_to_id is not None:
-            raise ValueError("up_to_id bounds a filter; leave it out when giving ids")
+        if self.ids is not None and (self.up_to_id is not None or self.as_of is not None):
+            raise ValueError("as_of and up_to_id bound a filter; leave them out when giving ids")
         return self
 
 
 class BulkResult(BaseModel):
     action: str
     matched: int
-    """ids: how many distinct ids were given. filter: how many matching jobs (id up to
-    ``up_to_id``) were in a state the action applies to when the request began."""
+    """ids: how many distinct ids were given. filter: how many matching jobs (created at or
+    before ``as_of``) were in a state the action applies to when the request began."""
     affected: int
     """Cancelled or retried; in a dry run, how many would be."""
     skipped: int
     """Matched but not changed: another project's or a missing id, a state the action does
     not apply to, or a job that changed state before its batch reached it."""
+    as_of: dt.datetime | None
+    """filter: the time the scope was counted at, or the ``as_of`` given (pass it back to
+    confirm a dry run); ids: null."""
     up_to_id: int | None
-    """filter: the highest id in scope (pass it back to confirm a dry run); ids: null."""
+    """filter: the highest id in scope (for clients written before ``as_of``); ids: null."""
     dry_run: bool
     batches: int
     """SQL calls made (each its own transaction); 0 in a dry run."""
 
 
-# The jobs of a filter's scope, id up to a bound, counted exactly: the operator confirms
-# this number. Each queue is read through (queue_id, status, id), as the list does.
+# The jobs of a filter's scope, created up to a time (and, for older clients, id up to a
+# bound), counted exactly: the operator confirms this number. Each queue is read through
+# (queue_id, status, id), as the list does. The time is the one given, or now when none is
+# or the one given is later (least() ignores a NULL).
 _SCOPE = (
     """
-SELECT count(*) AS n, max(j.id) AS top
-FROM codity.queues q
+SELECT count(*) AS n, max(j.id) AS top, least(%(as_of)s::timestamptz, now()) AS as_of"""
+    + QUEUES
+    + """
 CROSS JOIN LATERAL (
     SELECT j.id FROM codity.jobs j
-    WHERE j.queue_id = q.id"""
+    WHERE j.queue_id = t.queue_id"""
     + JOB_MATCH
     + """
+      AND j.created_at <= least(%(as_of)s::timestamptz, now())
       AND (%(up_to_id)s::bigint IS NULL OR j.id <= %(up_to_id)s::bigint)
 ) j
 WHERE"""
     + QUEUE_MATCH
 )
 
-# The next batch of a filter's scope: the highest ids at or below ``below``.
+# The next batch of a filter's scope (created at or before the scope's ``as_of``): the
+# highest ids at or below ``below``.
 _NEXT_IDS = (
     """
-SELECT j.id
-FROM codity.queues q
+SELECT j.id"""
+    + QUEUES
+    + """
 CROSS JOIN LATERAL (
     SELECT j.id FROM codity.jobs j
-    WHERE j.queue_id = q.id"""
+    WHERE j.queue_id = t.queue_id"""
     + JOB_MATCH
     + """
+      AND j.created_at <= %(as_of)s::timestamptz
       AND j.id <= %(below)s::bigint
     ORDER BY j.id DESC
     LIMIT %(batch)s
@@ -182,7 +218,7 @@ async def _in_transaction(
     async with transaction(call.pool, user_id=user_id) as conn:
         await set_tenant(conn, org_id=call.org_id, project_id=call.project_id)
         if sql is not None:
-            cur = await conn.execute(sql, params, prepare=False)
+            cur = await conn.execute(match_query(sql, params), params, prepare=False)
             params = {**params, "ids": [r["id"] for r in await cur.fetchall()]}
         if not params["ids"]:
             return []
@@ -212,7 +248,7 @@ async def _by_ids(call: Call[BulkAction, None]) -> dict[str, Any]:
             rows = await _in_transaction(call, None, params, body.action)
             affected += _changed(rows, body.action)
             batches += 1
-    answer = {"action": body.action, "matched": len(ids), "up_to_id": None}
+    answer = {"action": body.action, "matched": len(ids), "up_to_id": None, "as_of": None}
     answer |= {"dry_run": body.dry_run, "batches": batches}
     return {**answer, "affected": affected, "skipped": len(ids) - affected}
 
@@ -223,20 +259,23 @@ async def _by_filter(call: Call[BulkAction, None]) -> dict[str, Any]:
     params = match_params(body.filter, call.project_id)
     params["status"] = _statuses(body.action, params["status"])
     answer: dict[str, Any] = {"action": body.action, "dry_run": body.dry_run, "batches": 0}
+    bounds = {"as_of": body.as_of, "up_to_id": body.up_to_id}
     if not params["status"]:
-        return {**answer, "matched": 0, "affected": 0, "skipped": 0, "up_to_id": None}
+        nothing = {"matched": 0, "affected": 0, "skipped": 0, "up_to_id": None}
+        return {**answer, **nothing, "as_of": body.as_of}
 
-    cur = await call.conn.execute(_SCOPE, {**params, "up_to_id": body.up_to_id}, prepare=False)
+    scope_sql = match_query(_SCOPE, params)
+    cur = await call.conn.execute(scope_sql, {**params, **bounds}, prepare=False)
     scope = await cur.fetchone()
     assert scope is not None
-    matched, top = int(scope["n"]), scope["top"]
-    answer |= {"matched": matched, "up_to_id": top}
+    matched, top, as_of = int(scope["n"]), scope["top"], scope["as_of"]
+    answer |= {"matched": matched, "up_to_id": top, "as_of": as_of}
     if body.dry_run or top is None:
         return {**answer, "affected": matched if body.dry_run else 0, "skipped": 0}
 
     affected, below = 0, int(top)
     while below >= 1:
-        batch = {**params, "below": below, "batch": BATCH}
+        batch = {**params, "as_of": as_of, "below": below, "batch": BATCH}
         rows = await _in_transaction(call, _NEXT_IDS, batch, body.action)
         answer["batches"] += 1
         affected += _changed(rows, body.action)
@@ -280,7 +319,7 @@ ROUTES = [
         Scope.PROJECT,
         bulk,
         "Cancel or retry jobs by id (member) or every job matching a filter (admin), "
-        "in batches; a dry run answers the count and up_to_id to confirm",
+        "in batches; a dry run answers the count and as_of to confirm",
         "jobs",
         min_role=Role.MEMBER,
         body=BulkAction,

@@ -58,36 +58,50 @@ LIVE_STATES = ("claimable", "scheduled", "running")
 # cap of 1 (its loose index scan finds the oldest without a sort; the counts it also makes
 # stop at one row).
 _QUEUES = """
+WITH d AS MATERIALIZED (
+    SELECT d.queue_id, d.oldest_claimable_at FROM codity.queue_depths(%(project_id)s, p_cap => 1) d
+), s AS MATERIALIZED (
+    SELECT coalesce(r.rolled_until, '-infinity') AS since FROM codity.rollup_state r
+)
 SELECT q.id, q.name, q.is_paused,
        (SELECT count(*) FROM codity.jobs j
-        WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at <= now()) AS claimable,
+        WHERE j.queue_id = t.queue_id AND j.status = 'queued' AND j.run_at <= now())
+           AS claimable,
        (SELECT count(*) FROM codity.jobs j
-        WHERE j.queue_id = q.id AND j.status = 'scheduled')
+        WHERE j.queue_id = t.queue_id AND j.status = 'scheduled')
        + (SELECT count(*) FROM codity.jobs j
-          WHERE j.queue_id = q.id AND j.status = 'queued' AND j.run_at > now()) AS scheduled,
+          WHERE j.queue_id = t.queue_id AND j.status = 'queued' AND j.run_at > now())
+           AS scheduled,
        (SELECT count(*) FROM codity.jobs j
-        WHERE j.queue_id = q.id AND j.status IN ('claimed', 'running')) AS running,
+        WHERE j.queue_id = t.queue_id AND j.status IN ('claimed', 'running')) AS running,
        extract(epoch FROM now() - d.oldest_claimable_at)::float8 AS oldest_claimable_seconds,
-       coalesce(t.completed, 0) + live.completed AS completed,
-       coalesce(t.failed, 0) + live.failed AS failed,
-       coalesce(t.reaped, 0) + live.reaped AS reaped,
-       coalesce(t.dead_lettered, 0)
+       t.completed + live.completed AS completed,
+       t.failed + live.failed AS failed,
+       t.reaped + live.reaped AS reaped,
+       t.dead_lettered
        + (SELECT count(*) FROM codity.dead_letters l
-          WHERE l.queue_id = q.id AND l.dead_at >= s.since) AS dead_lettered
-FROM codity.queues q
-CROSS JOIN (SELECT coalesce(r.rolled_until, '-infinity') AS since FROM codity.rollup_state r) s
-LEFT JOIN codity.queue_totals t ON t.queue_id = q.id
-LEFT JOIN codity.queue_depths(%(project_id)s, p_cap => 1) d ON d.queue_id = q.id
+          WHERE l.queue_id = t.queue_id AND l.dead_at >= (SELECT s.since FROM s)) AS dead_lettered
+FROM codity.queue_totals t
+JOIN codity.queues q ON q.id = t.queue_id
+LEFT JOIN d ON d.queue_id = t.queue_id
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE x.status = 'completed') AS completed,
            count(*) FILTER (WHERE x.status = 'failed') AS failed,
            count(*) FILTER (WHERE x.status = 'reaped') AS reaped
     FROM codity.job_executions x
-    WHERE x.queue_id = q.id AND x.finished_at >= s.since
+    WHERE x.queue_id = t.queue_id AND x.finished_at >= (SELECT s.since FROM s)
 ) live
 WHERE q.project_id = %(project_id)s
 ORDER BY q.name
 """
+"""Walked from codity.queue_totals, a row per queue (migration 0029), which the counters
+read anyway: on a Citus cluster it is distributed with the jobs, and Citus plans the
+subqueries into the jobs, executions and dead letters only correlated from a distributed
+table on the queue id, never from codity.queues (a reference table). The oldest claimable
+age comes from codity.queue_depths run first (a fenced CTE): a function in the FROM list
+beside the shards' subqueries would otherwise be sent to the nodes with them. The rollup's
+mark is read once, uncorrelated, for the same reason: Citus refuses an aggregate in a
+LATERAL subquery that refers to a reference table's column."""
 
 # The latest executions of each queue that finished in the window; the wait is from the
 # job's run_at (when it became due; for a retry, when its backoff ended) to the claim.
@@ -95,22 +109,26 @@ _WINDOW = """
 SELECT q.name, w.quantile,
        percentile_cont(w.quantile) WITHIN GROUP (ORDER BY r.run_seconds) AS run_seconds,
        percentile_cont(w.quantile) WITHIN GROUP (ORDER BY r.wait_seconds) AS wait_seconds
-FROM codity.queues q
+FROM codity.queue_totals t
+JOIN codity.queues q ON q.id = t.queue_id
 CROSS JOIN LATERAL (
     SELECT extract(epoch FROM x.finished_at - x.started_at)::float8 AS run_seconds,
            greatest(0, extract(epoch FROM x.claimed_at - j.run_at))::float8 AS wait_seconds
     FROM codity.job_executions x
     LEFT JOIN codity.jobs j ON j.queue_id = x.queue_id AND j.id = x.job_id
-    WHERE x.queue_id = q.id
+    WHERE x.queue_id = t.queue_id
       AND x.finished_at >= now() - pg_catalog.make_interval(secs => %(window)s)
     ORDER BY x.finished_at DESC
     LIMIT %(rows)s
 ) r
 CROSS JOIN unnest(%(quantiles)s::float8[]) AS w (quantile)
 WHERE q.project_id = %(project_id)s
-GROUP BY q.name, w.quantile
+GROUP BY t.queue_id, q.name, w.quantile
 ORDER BY q.name, w.quantile
 """
+"""From codity.queue_totals for the reason :data:`_QUEUES` gives; grouped by the queue's id
+as well as its name, so that on a Citus cluster each queue's quantiles are computed beside
+its executions (an ordered-set aggregate cannot be merged from partial results)."""
 
 # GET /workers' liveness rule (stopped workers are not counted).
 _WORKERS = (

@@ -131,14 +131,48 @@ class NextRuns(BaseModel):
     runs: list[NextRun]
 
 
-_SELECT = """
+_DEFINITIONS = """
 SELECT s.id, s.name, q.name AS queue, s.cron, s.time_zone, s.task, s.payload, s.priority,
-       s.is_paused, s.next_run_at, s.last_run_at, s.last_job_id, j.status::text AS last_job_status,
+       s.is_paused, s.next_run_at, s.last_run_at, s.last_job_id, s.queue_id,
        s.created_at, s.updated_at
 FROM codity.scheduled_jobs s
 JOIN codity.queues q ON q.id = s.queue_id AND q.project_id = s.project_id
-LEFT JOIN codity.jobs j ON j.id = s.last_job_id
+WHERE s.project_id = %(project_id)s
+  AND (%(name)s::text IS NULL OR s.name = %(name)s::text)
+  AND (%(after)s::text IS NULL OR s.name > %(after)s::text)
+ORDER BY s.name
+LIMIT %(limit)s
 """
+"""A page of the project's schedules in name order (or the one named): their definitions."""
+
+_SCHEDULES = (
+    """
+WITH s AS MATERIALIZED ("""
+    + _DEFINITIONS
+    + """), last_jobs AS MATERIALIZED (
+    SELECT j.id, j.status FROM codity.jobs j
+    JOIN s ON j.queue_id = s.queue_id AND j.id = s.last_job_id
+)
+SELECT s.id, s.name, s.queue, s.cron, s.time_zone, s.task, s.payload, s.priority, s.is_paused,
+       s.next_run_at, s.last_run_at, s.last_job_id, l.status::text AS last_job_status,
+       s.created_at, s.updated_at
+FROM s
+LEFT JOIN last_jobs l ON l.id = s.last_job_id
+ORDER BY s.name
+"""
+)
+""":data:`_DEFINITIONS`, each with the state of the job it last enqueued. The schedules are
+read first and the jobs joined to them after (two fenced CTEs, each job found by its queue
+and id): on a Citus cluster the schedules are a reference table and the jobs are
+distributed, and Citus cannot plan a reference table outer-joined to the jobs ("failed to
+postpone qual containing lateral reference"); on one server it is the same probe of the
+jobs' primary key per schedule."""
+
+
+def _schedule_params(
+    project_id: int, *, name: str | None = None, after: str | None = None, limit: int = 1
+) -> dict[str, Any]:
+    return {"project_id": project_id, "name": name, "after": after, "limit": limit}
 
 
 def _described(row: dict[str, Any]) -> dict[str, Any]:
@@ -162,20 +196,17 @@ async def _execute(
     return [dict(r) for r in await cur.fetchall()]
 
 
-async def _one(call: Call[Any, Any], name: str) -> dict[str, Any]:
-    query = _SELECT + " WHERE s.project_id = %s AND s.name = %s"
-    return _described(await one_or_404(call, query, [call.project_id, name], "schedule"))
+async def _one(call: Call[Any, Any], name: str, query: str = _SCHEDULES) -> dict[str, Any]:
+    params = _schedule_params(call.project_id, name=name)
+    return _described(await one_or_404(call, query, params, "schedule"))
 
 
 async def list_schedules(call: Call[None, ListQuery]) -> Reply:
     """Ordered by name, a page at a time (keyset on the name, so pages never overlap)."""
     after = decode_text_cursor(call.query.cursor)
     cur = await call.conn.execute(
-        _SELECT
-        + " WHERE s.project_id = %(project_id)s"
-        + " AND (%(after)s::text IS NULL OR s.name > %(after)s::text)"
-        + " ORDER BY s.name LIMIT %(limit)s",
-        {"project_id": call.project_id, "after": after, "limit": call.query.limit + 1},
+        _SCHEDULES,
+        _schedule_params(call.project_id, after=after, limit=call.query.limit + 1),
     )
     rows = [_described(dict(r)) for r in await cur.fetchall()]
     meta = page_meta(rows, call.query.limit, key="name", encode=encode_text_cursor)
@@ -215,10 +246,13 @@ async def update_schedule(call: Call[ScheduleUpdate, None]) -> dict[str, Any]:
     """Merge the changes into the current definition and upsert it. create_schedule keeps
     next_run_at when cron and time zone are unchanged and recomputes it from now when
     either changes; the pause flag is left alone."""
-    current = await _one(call, _path_name(call))
+    # The definition only: on Citus, reading the jobs (a parallel read of their shards)
+    # before create_schedule writes the schedules (a reference table) in the same
+    # transaction is refused, and the merge needs no job.
+    current = await _one(call, _path_name(call), _DEFINITIONS)
     changes = call.body.model_dump(exclude_none=True)
     if not changes:
-        return current
+        return await _one(call, current["name"])
     merged = {
         **{k: current[k] for k in ("name", "queue", "cron", "time_zone", "task", "payload")},
         "priority": current["priority"],

@@ -125,53 +125,69 @@ CROSS JOIN LATERAL (
     FROM codity.settings st
 ) l"""
 
-# One worker row with its liveness, uptime and capped held-job count.
-_WORKER = (
-    """
+
+def _workers(where: str) -> str:
+    """Workers of the project (``where``: more conditions, order and limit on ``w``) with
+    their liveness, uptime and capped held-job count.
+
+    The workers are read first and their held jobs counted after, for those workers only
+    (two fenced CTEs), rather than by a count correlated from each worker row: on a Citus
+    cluster the workers are a reference table and the jobs are distributed by queue, and
+    Citus plans no subquery correlated from the one into the other on a column that is not
+    the queue. The count reads jobs_worker_idx (partial on claimed and running, the jobs
+    workers hold: a worker claims no more than its free capacity), so it needs no stop of
+    its own; it is capped when answered all the same."""
+    return (
+        """
+WITH w AS MATERIALIZED (
+    SELECT w.*, l.liveness
+    FROM codity.workers w"""
+        + LIVENESS
+        + """
+    WHERE w.project_id = %(project_id)s"""
+        + where
+        + """
+), h AS MATERIALIZED (
+    SELECT j.worker_id, count(*) AS held
+    FROM codity.jobs j
+    JOIN codity.queues q ON q.id = j.queue_id
+    WHERE j.worker_id IN (SELECT w.id FROM w) AND j.status IN ('claimed', 'running')
+      AND q.project_id = %(project_id)s
+    GROUP BY j.worker_id
+)
 SELECT w.id, w.name, w.host, w.pid, w.queues, w.capacity, w.status::text AS status,
-       l.liveness, l.liveness IN ('alive', 'stale') AS is_alive,
+       w.liveness, w.liveness IN ('alive', 'stale') AS is_alive,
        w.heartbeat_seconds::float8 AS heartbeat_seconds,
        w.started_at, w.last_heartbeat_at,
        greatest(0, extract(epoch FROM now() - w.last_heartbeat_at))::float8
            AS heartbeat_age_seconds,
        w.stopped_at,
        greatest(0, extract(epoch FROM
-           CASE l.liveness
+           CASE w.liveness
                WHEN 'alive' THEN now()
                WHEN 'stopped' THEN w.stopped_at
                ELSE w.last_heartbeat_at
            END - w.started_at))::float8 AS uptime_seconds,
-       least(h.held, codity.count_cap()) AS jobs_held,
-       h.held > codity.count_cap() AS jobs_held_capped
-FROM codity.workers w
-"""
-    + LIVENESS
-    + """
-CROSS JOIN LATERAL (
-    SELECT count(*) AS held FROM (
-        SELECT 1 FROM codity.jobs j
-        JOIN codity.queues q ON q.id = j.queue_id
-        WHERE j.worker_id = w.id AND j.status IN ('claimed', 'running')
-          AND q.project_id = %(project_id)s
-        LIMIT codity.count_cap() + 1
-    ) held
-) h
-WHERE w.project_id = %(project_id)s
-"""
-)
-
-_LIST = (
-    _WORKER
-    + """
-  AND (%(status)s::codity.worker_status IS NULL OR w.status = %(status)s::codity.worker_status)
-  AND (%(live)s::boolean IS NULL OR (l.liveness IN ('alive', 'stale')) = %(live)s::boolean)
-  AND (%(cursor)s::bigint IS NULL OR w.id < %(cursor)s::bigint)
+       least(coalesce(h.held, 0), codity.count_cap()) AS jobs_held,
+       coalesce(h.held, 0) > codity.count_cap() AS jobs_held_capped
+FROM w
+LEFT JOIN h ON h.worker_id = w.id
 ORDER BY w.id DESC
-LIMIT %(fetch)s
 """
+    )
+
+
+_LIST = _workers(
+    """
+      AND (%(status)s::codity.worker_status IS NULL
+           OR w.status = %(status)s::codity.worker_status)
+      AND (%(live)s::boolean IS NULL OR (l.liveness IN ('alive', 'stale')) = %(live)s::boolean)
+      AND (%(cursor)s::bigint IS NULL OR w.id < %(cursor)s::bigint)
+    ORDER BY w.id DESC
+    LIMIT %(fetch)s"""
 )
 
-_ONE = _WORKER + "  AND w.id = %(worker_id)s\n"
+_ONE = _workers("\n      AND w.id = %(worker_id)s")
 
 # Held jobs come from jobs_worker_idx (partial on claimed/running), oldest claim first.
 _HELD = """

@@ -4,12 +4,13 @@ Reads ``GET /api/v1/dead-letters`` (filters, a capped count, keyset pages) and
 ``GET /api/v1/dead-letters/{id}``; acts through ``POST .../{id}/replay`` (member+) and
 ``POST /api/v1/dead-letters/replay`` (admin+). Replaying all that match is two steps: the
 confirmation page runs the API's dry run and states the exact scope and count; its Confirm
-button posts the dry run's ``up_to_id`` back, so letters that die after the operator read
-the number are not swept in, and the count it showed, so those another replay took meanwhile
-are reported as skipped. Filters (queue, task, replayed or not, a dead-at range) and
-the page cursor live in the URL; the list fragment is fetched with the same query, and a
-replay redirects back to it with a message saying what happened. A replay-all POST without
-the confirmed bound replays nothing: it goes to the confirmation page.
+button posts the dry run's ``as_of`` back (:mod:`codity.web.dashboard.confirm`), so letters
+that die after the operator read the number are not swept in, and the count it showed, so
+those another replay took meanwhile are reported as skipped. Filters (queue, task, replayed
+or not, a dead-at range) and the page cursor live in the URL; the list fragment is fetched
+with the same query, and a replay redirects back to it with a message saying what happened.
+A replay-all POST without the confirmed bound replays nothing: it goes to the confirmation
+page.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, urlencode
 
 from starlette.responses import Response
 
+from codity.web.dashboard.confirm import confirmed_bound
 from codity.web.dashboard.page import Page, PageContext
 
 __all__ = ["PAGES"]
@@ -211,7 +213,7 @@ async def confirm_page(ctx: PageContext) -> Response:
         active="Dead letters",
         filters=filters,
         count=dry["count"],
-        up_to_id=dry["up_to_id"],
+        as_of=dry["as_of"],
         scope=filters.scope(dry["count"]),
         back=filters.url_query(),
     )
@@ -219,8 +221,8 @@ async def confirm_page(ctx: PageContext) -> Response:
 
 async def replay_all(ctx: PageContext) -> Response:
     filters = _Filters.read(ctx.form)
-    up_to_id = ctx.form.get("up_to_id", "")
-    if not up_to_id:
+    bound = confirmed_bound(ctx.form)
+    if not bound:
         # The confirmation always sends the bound it showed; without one the API would
         # replay a set nobody confirmed (its old "at most 100"). A dry run (so the API
         # still refuses whom it refuses), then to the confirmation page.
@@ -228,7 +230,7 @@ async def replay_all(ctx: PageContext) -> Response:
             "POST", "/api/v1/dead-letters/replay", body={**filters.api_filters(), "dry_run": True}
         )
         return ctx.redirect(f"/dead-letters/confirm?{filters.url_query()}")
-    body: dict[str, Any] = {**filters.api_filters(), "up_to_id": up_to_id}
+    body: dict[str, Any] = {**filters.api_filters(), **bound}
     if ctx.form.get("confirmed"):
         body["confirmed"] = ctx.form["confirmed"]
     result = await ctx.api("POST", "/api/v1/dead-letters/replay", body=body)

@@ -14,9 +14,9 @@ page as a message, with no list, never as an error page. The list, with its tabs
 fragment re-rendered on ``codity:changed`` (a job enqueued elsewhere appears without a
 reload); a checked box survives that (``hx-preserve``). "All matching" is two steps: the
 confirmation page runs the API's dry run and states the exact scope and count; its form
-posts the dry run's ``up_to_id`` back, so jobs enqueued after the operator read the
-number are left alone. Every POST redirects back with a message of numbers and known
-words only, so a crafted link cannot make the page say anything else.
+posts the dry run's ``as_of`` back (:mod:`codity.web.dashboard.confirm`), so jobs enqueued
+after the operator read the number are left alone. Every POST redirects back with a message
+of numbers and known words only, so a crafted link cannot make the page say anything else.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl
 from starlette.responses import Response
 
 from codity.web.access import Role
+from codity.web.dashboard.confirm import confirmed_bound
 from codity.web.dashboard.page import Page, PageContext
 from codity.web.dashboard.search import JobSearch, SearchError
 from codity.web.endpoints.jobs import TABS
@@ -235,7 +236,7 @@ async def confirm_page(ctx: PageContext) -> Response:
         action=action,
         verb=_VERBS[action][0],
         count=dry["matched"],
-        up_to_id=dry["up_to_id"],
+        as_of=dry["as_of"],
         scope=scope_words(action, search, dry["matched"]),
         filters=search.url(),
     )
@@ -245,12 +246,12 @@ async def confirm_run(ctx: PageContext) -> Response:
     _require(ctx, Role.ADMIN)
     action = _action(ctx.form.get("action"))
     search = _search_of(ctx.form.get("filters", ""))
-    up_to_id = ctx.form.get("up_to_id", "")
-    if not up_to_id:
+    bound = confirmed_bound(ctx.form)
+    if not bound:
         # The confirmation always sends the bound it showed; without one the run would act
         # on a set nobody confirmed.
-        raise ApiError(422, "invalid_input", "up_to_id: confirm the action on its page first")
-    body = {"action": action, "filter": search.api_filter(), "up_to_id": up_to_id}
+        raise ApiError(422, "invalid_input", "as_of: confirm the action on its page first")
+    body = {"action": action, "filter": search.api_filter(), **bound}
     result = await ctx.api("POST", "/api/v1/jobs/bulk", body=body)
     done = {"done": action, "affected": result["affected"], "skipped": result["skipped"]}
     return ctx.redirect("/jobs?" + search.url(**done))
