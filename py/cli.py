@@ -53,9 +53,13 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    if args.shards is not None and not args.citus:
+        raise UsageError("migrate: --shards goes with --citus")
+    if args.shards is not None and not 1 <= args.shards <= 1024:
+        raise UsageError("migrate: --shards must be from 1 to 1024")
     url = database_url(settings)
     try:
-        applied, functions = migrate(url, citus=args.citus)
+        applied, functions = migrate(url, citus=args.citus, shards=args.shards)
     except CitusError as exc:
         raise UsageError(str(exc)) from exc
     print(f"migrated: {applied} new migration(s), {functions} function file(s) applied")
@@ -374,6 +378,16 @@ def _cmd_bench_dashboard(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.jobs < 1000 or args.pages < 1:
         raise UsageError("bench-dashboard: --jobs must be at least 1000 and --pages at least 1")
+    if args.citus:
+        from codity.bench.dashboard_citus import run_dashboard_citus_command
+
+        try:
+            return run_dashboard_citus_command(
+                jobs=args.jobs, pages=args.pages, write=not args.no_write
+            )
+        except KeyboardInterrupt:
+            print("codity bench-dashboard: interrupted; its servers are gone", file=sys.stderr)
+            return 130
     return run_dashboard_command(
         database_url(settings), jobs=args.jobs, pages=args.pages, write=not args.no_write
     )
@@ -404,6 +418,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on a Citus coordinator: distribute the job tables by queue and the hot functions"
         " with them (idempotent; docs/RUNBOOK.md, Running on Citus)",
+    )
+    migrate_cmd.add_argument(
+        "--shards",
+        type=int,
+        help="with --citus, on the first distribution: shards per job table (default 4 per"
+        " worker node, at least 8)",
     )
     migrate_cmd.set_defaults(func=_cmd_migrate)
 
@@ -531,6 +551,12 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--jobs", type=int, default=1_000_000, help="jobs to load (1,000,000)")
     dash.add_argument("--pages", type=int, default=200, help="live pages to open (200)")
     dash.add_argument("--no-write", action="store_true", help="leave docs/PERFORMANCE.md alone")
+    dash.add_argument(
+        "--citus",
+        action="store_true",
+        help="the same pages on plain PostgreSQL 18 and on a 3-node Citus cluster, both started"
+        " for the run (DATABASE_URL unused)",
+    )
     dash.set_defaults(func=_cmd_bench_dashboard)
     return parser
 

@@ -216,7 +216,7 @@ def test_the_multi_shard_detector_refuses_a_statement_over_every_shard(
 ) -> None:
     """The detector of the next test works: as the worker's login, a claim in one queue goes
     through, while ``deregister_worker`` (cold: it looks for the worker's jobs in every queue,
-    on all 32 shards) is refused."""
+    on every shard) is refused."""
     queue = next(iter(_two_queues(citus_cluster, conn).values()))
     name = _queue_name(conn, queue)
     conn.execute(*enqueue_many_call(name, [{"task": "t"}]))

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -39,7 +40,7 @@ from codity.supervisor import codity_command
 from codity.web.dashboard.routes import DASHBOARD_PAGES
 from codity.web.dashboard.session import SESSION_COOKIE
 
-__all__ = ["run_dashboard_command"]
+__all__ = ["Measured", "measure_database", "run_dashboard_command"]
 
 BEGIN = "<!-- BEGIN codity bench-dashboard -->"
 END = "<!-- END codity bench-dashboard -->"
@@ -188,42 +189,58 @@ def _write(block: str, path: Path) -> None:
     path.write_text(text, "utf-8")
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What one database gave: its world, every page's figures, the live pages'."""
+
+    world: World
+    pages: list[PageFigure]
+    live: LiveFigures
+
+
+def measure_database(url: str, *, jobs: int, pages: int) -> Measured:
+    """Load the world into the migrated database at ``url`` (empty), start ``codity web``
+    on it, sign in and time every page, then the live pages' event streams."""
+    print(f"loading {jobs:,} jobs ...", flush=True)
+    world = build_world(url, jobs)
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT id FROM codity.queues WHERE name = 'emails'").fetchone()
+        assert row is not None
+        queue_id = int(row[0])
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, DATABASE_URL=url, JWT_SECRET=secrets.token_hex(32))
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "web.log"
+        with log.open("wb") as out:
+            web = subprocess.Popen(
+                [*codity_command(), "web", "--host", "127.0.0.1", "--port", str(port)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            _wait_ready(base, web, log)
+            cookie = _sign_in(base)
+            print("timing pages ...", flush=True)
+            figures = time_pages(base, cookie, _page_paths(world))
+            print(f"opening {pages} live pages ...", flush=True)
+            streams = measure_live_pages(base, cookie, url, queue_id, pages=pages)
+        finally:
+            web.terminate()
+            web.wait(timeout=30)
+    return Measured(world, figures, streams)
+
+
 def run_dashboard_command(url: str, *, jobs: int, pages: int, write: bool) -> int:
     load_before = load_average()
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     with scratch_database(url, "codity_dash") as scratch:
-        print(f"loading {jobs:,} jobs ...", flush=True)
-        world = build_world(scratch, jobs)
-        with psycopg.connect(scratch) as conn:
-            row = conn.execute("SELECT id FROM codity.queues WHERE name = 'emails'").fetchone()
-            assert row is not None
-            queue_id = int(row[0])
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        env = dict(os.environ, DATABASE_URL=scratch, JWT_SECRET=secrets.token_hex(32))
-        with tempfile.TemporaryDirectory() as tmp:
-            log = Path(tmp) / "web.log"
-            with log.open("wb") as out:
-                web = subprocess.Popen(
-                    [*codity_command(), "web", "--host", "127.0.0.1", "--port", str(port)],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            try:
-                _wait_ready(base, web, log)
-                cookie = _sign_in(base)
-                print("timing pages ...", flush=True)
-                figures = time_pages(base, cookie, _page_paths(world))
-                print(f"opening {pages} live pages ...", flush=True)
-                live = measure_live_pages(base, cookie, scratch, queue_id, pages=pages)
-            finally:
-                web.terminate()
-                web.wait(timeout=30)
+        measured = measure_database(scratch, jobs=jobs, pages=pages)
         with psycopg.connect(scratch) as conn:
             machine = describe_machine(conn, load_before)
-    block = _render(machine, world, figures, live, when)
+    block = _render(machine, measured.world, measured.pages, measured.live, when)
     print(block)
     if write:
         path = performance_path()

@@ -54,6 +54,7 @@ __all__ = [
     "adjust_functions",
     "check_cluster",
     "citus_version",
+    "default_shard_count",
     "distribute",
     "is_distributed",
     "refuse_worker_node",
@@ -270,7 +271,19 @@ def adjust_functions(conn: psycopg.Connection) -> None:
         )
 
 
-def distribute(conn: psycopg.Connection) -> DistributionReport:
+def default_shard_count(conn: psycopg.Connection) -> int:
+    """Four shards per worker node, at least eight (DESIGN_DECISIONS 61): every queue lives
+    in one shard, so the hot path does not care; what does is each read across queues (the
+    scheduler's tick, the dashboard), one task per shard. Four per node leaves room to grow
+    to four times the nodes by moving shard groups; past that, Citus splits shards online."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_catalog.pg_dist_node"
+        " WHERE noderole = 'primary' AND groupid <> 0 AND shouldhaveshards"
+    ).fetchone()
+    return max(8, 4 * (int(row[0]) if row else 0))
+
+
+def distribute(conn: psycopg.Connection, *, shards: int | None = None) -> DistributionReport:
     """Distribute what is not distributed yet (the module's docstring); idempotent.
 
     ``conn`` is an autocommit connection to the coordinator as a superuser, after the
@@ -301,6 +314,12 @@ def distribute(conn: psycopg.Connection) -> DistributionReport:
         # Every shard of the six job tables is created in this transaction over one
         # connection per node, so the foreign keys between them see each other.
         conn.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
+        if any(t not in done for t in JOB_TABLES):
+            # Read by the first distribution of the job tables only; later runs keep theirs.
+            count = shards if shards is not None else default_shard_count(conn)
+            conn.execute(
+                "SELECT pg_catalog.set_config('citus.shard_count', %s, true)", [str(count)]
+            )
         for table in REFERENCE_TABLES:
             if table not in done:
                 conn.execute("SELECT create_reference_table(%s)", [f"codity.{table}"])

@@ -154,7 +154,7 @@ def _citus_workers(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(url: str, *, citus: bool = False) -> tuple[int, int]:
+def migrate(url: str, *, citus: bool = False, shards: int | None = None) -> tuple[int, int]:
     """Apply pending migrations and every function file, and on Citus distribute (the
     module's docstring); returns (migrations, function files). Raises
     codity.db.citus.CitusError when the cluster is not fit."""
@@ -176,7 +176,7 @@ def migrate(url: str, *, citus: bool = False) -> tuple[int, int]:
                 citus_cluster.grant_logins(conn)
             _adopt_objects(conn)
             functions = _apply_functions(conn, cluster=distributed)
-            if on_cluster and citus_cluster.distribute(conn).newly_distributed:
+            if on_cluster and citus_cluster.distribute(conn, shards=shards).newly_distributed:
                 # A function whose signature names the row type of a table that was local
                 # when it was created (codity._lock_fenced_job returns codity.jobs) is not
                 # created on the worker nodes; created again now the table is distributed,
