@@ -55,13 +55,21 @@ def _queues_on_both_nodes(
     cluster: CitusCluster, conn: Conn, names: list[str], **policy: Any
 ) -> dict[str, tuple[int, int]]:
     """Create the queues: each name's (queue id, port of its node); they must cover both
-    worker nodes, or the test would not prove anything across nodes."""
-    queues = {}
-    for name in names:
-        queue = create_queue(conn, name, **policy)
-        queues[name] = (queue, cluster.node_port_of(conn.info.dbname, "codity.jobs", queue))
-    assert {port for _, port in queues.values()} == {w.port for w in cluster.workers}, queues
-    return queues
+    worker nodes, or the test would not prove anything across nodes. Queue ids hash onto
+    the shards, so when the ids drawn land on one node the queues are deleted and one more
+    queue takes an id before they are made again."""
+    workers = {w.port for w in cluster.workers}
+    for attempt in range(20):
+        queues = {}
+        for name in names:
+            queue = create_queue(conn, name, **policy)
+            queues[name] = (queue, cluster.node_port_of(conn.info.dbname, "codity.jobs", queue))
+        if {port for _, port in queues.values()} == workers:
+            return queues
+        for name in names:
+            conn.execute("SELECT codity.delete_queue(%s, p_force => true)", [name])
+        create_queue(conn, f"spacer-{attempt}")
+    raise AssertionError(f"no ids spread the queues over both nodes: {queues}")
 
 
 def _jobs(conn: Conn, queue: str, n: int, task: str = "t", payload: Any = None) -> None:
