@@ -350,8 +350,7 @@ def test_a_migration_after_distribution_reaches_every_shard_and_its_body_runs_de
             " WHERE table_name = 'codity.jobs'::regclass"
         ).fetchone()
         shards = conn.execute(
-            "SELECT shard_count FROM public.citus_tables"
-            " WHERE table_name = 'codity.jobs'::regclass"
+            "SELECT shard_count FROM public.citus_tables WHERE table_name = 'codity.jobs'::regclass"
         ).fetchone()
     assert shards == (8,), "two worker nodes get the default of four shards each, at least 8"
     assert len(column) == 8 and set(column) == {(True, "1")}, column

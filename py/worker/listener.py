@@ -20,6 +20,7 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
@@ -50,9 +51,13 @@ class Listener:
         *,
         ping_s: float = 5.0,
         ping_timeout_s: float = 2.0,
+        heard: Callable[[str | None], None] | None = None,
     ) -> None:
         self.url = url
         self.wake = wake
+        self.heard = heard
+        """Told each notification's payload before the wake-up, and None on every
+        (re)connect: the worker's codity.worker.empty_queues."""
         self.ping_s = ping_s
         self.ping_timeout_s = ping_timeout_s
         self.reconnects = 0
@@ -70,7 +75,7 @@ class Listener:
                         sql.SQL("LISTEN {}").format(sql.Identifier(self._ping_channel))
                     )
                     backoff.reset()
-                    self.wake.set()  # what was notified while we were away is gone
+                    self._arrived(None)  # what was notified while we were away is gone
                     await self._listen(conn)
             except (psycopg.OperationalError, TimeoutError) as exc:
                 self.reconnects += 1
@@ -83,9 +88,14 @@ class Listener:
             async for notify in conn.notifies(timeout=self.ping_s):
                 heard = True
                 if notify.channel == CHANNEL:
-                    self.wake.set()
+                    self._arrived(notify.payload)
             if not heard:
                 await self._ping(conn)
+
+    def _arrived(self, payload: str | None) -> None:
+        if self.heard is not None:
+            self.heard(payload)
+        self.wake.set()
 
     async def _ping(self, conn: psycopg.AsyncConnection) -> None:
         """Notify ourselves and hear it back in time, or raise TimeoutError (reconnect)."""
@@ -108,7 +118,7 @@ class Listener:
         await conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", [self._ping_channel, token])
         async for notify in conn.notifies():
             if notify.channel == CHANNEL:
-                self.wake.set()
+                self._arrived(notify.payload)
             elif notify.payload == token:
                 return
 

@@ -57,6 +57,7 @@ from codity.backoff import Backoff, server_address
 from codity.db.errors import TRANSIENT, CodityError, WorkerNotActive, translate
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
+from codity.worker.empty_queues import EmptyQueues
 from codity.worker.limits import Limits
 from codity.worker.listener import Listener
 from codity.worker.registry import Registry, Task
@@ -136,7 +137,10 @@ class Worker:
         self._reporter = Reporter(
             self._call, self._server, on_sent=self._wake.set, batch=self._holds
         )
-        self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s))
+        # Marks hold while notifications can undo them: not at all without the listener.
+        self._empty = EmptyQueues(config.poll_s if config.listen else 0.0)
+        self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s),
+                                  heard=self._empty.heard_payload)  # fmt: skip
         self._exit_reports_by: float | None = None  # loop time; set when draining starts
 
     # -- lifecycle -----------------------------------------------------------
@@ -257,6 +261,8 @@ class Worker:
                 poll = min(poll, max(0.0, self._retry_at - asyncio.get_running_loop().time()))
                 self._retry_at = None
             await _wait_any(stop, self._wake, timeout=poll)
+            if not (self._wake.is_set() or stop.is_set()):
+                self._empty.heard(None)  # the safety-net poll: every queue once more
 
     def _room(self) -> int:
         """How many more jobs this worker may claim now: running and waiting stay within
@@ -292,22 +298,25 @@ class Worker:
         return claimed
 
     async def _claim_and_start(self, queue: str, limit: int) -> int:
+        queue_id = self._queue_ids[queue]
+        # A job that crashed a worker before is taken only by an idle worker, and only once
+        # everything it finished has been reported: a suspect that kills it would take
+        # unsent completions down with it (a report may wait up to 5 ms for a batch), and
+        # their jobs would be charged a crash and run again.
+        suspects = not self._busy() and not self._reporter.unsent()
+        if self._empty.skip(queue_id, suspects=suspects):
+            return 0
+        heard = self._empty.before_claim()
         jobs = await self._call_typed(
             CLAIM_AND_START,
-            {
-                "worker": self.worker_id,
-                "queue_id": self._queue_ids[queue],
-                "limit": limit,
-                # A job that crashed a worker before is taken only by an idle worker, and
-                # only once everything it finished has been reported: a suspect that kills
-                # it would take unsent completions down with it (a report may wait up to
-                # 5 ms for a batch), and their jobs would be charged a crash and run again.
-                "suspects": not self._busy() and not self._reporter.unsent(),
-            },
-        )
+            {"worker": self.worker_id, "queue_id": queue_id, "limit": limit,
+             "suspects": suspects},
+        )  # fmt: skip
         for job in jobs:
             self._accept(queue, job)
         limits = self._limits.get(queue)
+        if not jobs and (limits is None or not limits.limited):
+            self._empty.mark(queue_id, suspects=suspects, since=heard)
         if len(jobs) < limit and limits is not None and limits.limited:
             wait = limits.retry_after(time.time())
             if wait is not None:
