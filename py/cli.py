@@ -226,7 +226,9 @@ def _cmd_web(args: argparse.Namespace, settings: Settings) -> int:
 def _default_project_queues(url: str) -> list[str]:
     import psycopg
 
-    with psycopg.connect(url) as conn:
+    from codity.db.conninfo import conninfo
+
+    with psycopg.connect(conninfo(url)) as conn:
         rows = conn.execute(
             "SELECT o.queue FROM codity.queue_overview o "
             "JOIN codity.projects p ON p.id = o.project_id WHERE p.is_default ORDER BY o.queue"
@@ -256,7 +258,9 @@ def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
     import psycopg
 
-    with psycopg.connect(database_url(settings)) as conn:
+    from codity.db.conninfo import conninfo
+
+    with psycopg.connect(conninfo(database_url(settings))) as conn:
         row = conn.execute("SELECT * FROM codity.resume_all()").fetchone()
     assert row is not None
     print(f"resumed {row[0]} queue(s) and {row[1]} schedule(s)")

@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from codity.db.conninfo import conninfo
+
 __all__ = ["DEMO_OPERATOR_EMAIL", "DEMO_OPERATOR_PASSWORD", "QUEUES", "seed_demo"]
 
 # The seed's demo login: owner of the default org, whose default project holds the demo.
@@ -159,7 +161,7 @@ def _history(conn: psycopg.Connection[Any]) -> None:
 
 def seed_demo(url: str) -> dict[str, int]:
     """Reset the default project and seed the demo data set; returns counts per job status."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         _reset(conn)
         _operator(conn)
         _create_queues(conn)

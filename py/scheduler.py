@@ -23,6 +23,8 @@ import psycopg
 
 from codity import health_file
 from codity.backoff import Backoff, server_address
+from codity.db.conninfo import conninfo
+from codity.db.errors import TRANSIENT
 from codity.stop_signal import StopSignal
 
 __all__ = ["HOUSEKEEPING_EVERY_S", "PRUNE_LIMIT", "housekeep", "prune", "run_scheduler"]
@@ -65,7 +67,8 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
     next_housekeeping = 0.0
     while not stop.is_set():
         try:
-            with psycopg.connect(url, autocommit=True, application_name="codity-scheduler") as conn:
+            info = conninfo(url, application_name="codity-scheduler")
+            with psycopg.connect(info, autocommit=True) as conn:
                 backoff.reset()
                 while not stop.is_set():
                     started = time.monotonic()
@@ -89,6 +92,8 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                             log.info("pruned %d old workers, %d refresh tokens", *gone)
                     elapsed = time.monotonic() - started
                     stop.wait(max(0.0, tick_ms / 1000 - elapsed))
-        except psycopg.OperationalError as exc:
+        except TRANSIENT as exc:
+            # The connection is closed on the way out, so a read-only one (25006) is
+            # replaced too: with a multi-host URL the next one lands on the primary.
             log.warning("database unavailable (%s); retrying", type(exc).__name__)
             backoff.wait_blocking(stop, server=server)

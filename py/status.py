@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from codity.db.conninfo import conninfo
+
 __all__ = ["collect_status", "render_status"]
 
 _QUEUES = """
@@ -33,7 +35,7 @@ _HEALTH = "SELECT check_name, value, threshold, alarm, detail FROM codity.health
 
 
 def collect_status(url: str) -> dict[str, list[dict[str, Any]]]:
-    with psycopg.connect(url, row_factory=dict_row) as conn:
+    with psycopg.connect(conninfo(url), row_factory=dict_row) as conn:
         return {
             "queues": conn.execute(_QUEUES).fetchall(),
             "workers": conn.execute(_WORKERS).fetchall(),

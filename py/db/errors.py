@@ -34,8 +34,14 @@ __all__ = [
 
 
 # The database is unreachable (connection refused or lost, backend terminated, server
-# restarting, no connection free in time): try again later. Anything else is an answer.
-TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
+# restarting, no connection free in time) or cannot take writes (25006: a standby, or a
+# primary being demoted, behind a single-host URL or a proxy): try again later. Anything
+# else is an answer.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.errors.ReadOnlySqlTransaction,
+    PoolTimeout,
+)
 
 
 class CodityError(Exception):

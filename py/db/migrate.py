@@ -28,10 +28,13 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
+from urllib.parse import urlencode
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from codity.db import citus as citus_cluster
+from codity.db.conninfo import conninfo
 
 __all__ = ["function_files", "migrate", "migration_ids", "sql_dir"]
 
@@ -63,10 +66,12 @@ def migration_ids() -> list[str]:
 
 
 def _yoyo_url(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg"}:
-        raise ValueError("DATABASE_URL must be a postgresql:// URL")
-    return f"postgresql+psycopg://{rest}"
+    """yoyo's URL for the same connection. Its parser takes one host and port, so a URL
+    naming several (``postgresql://a:5432,b:5432/codity``) went wrong: every parameter,
+    hosts and ports included, travels in the query string instead, which yoyo hands to
+    psycopg as they are."""
+    params = conninfo_to_dict(conninfo(url, application_name="codity-migrate"))
+    return "postgresql+psycopg:///?" + urlencode({k: str(v) for k, v in params.items()})
 
 
 def _apply_migrations(url: str) -> int:
@@ -158,7 +163,7 @@ def migrate(url: str, *, citus: bool = False, shards: int | None = None) -> tupl
     """Apply pending migrations and every function file, and on Citus distribute (the
     module's docstring); returns (migrations, function files). Raises
     codity.db.citus.CitusError when the cluster is not fit."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         conn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", [MIGRATE_LOCK_KEY])
         try:
             citus_cluster.refuse_worker_node(conn)

@@ -110,6 +110,13 @@ def from_database_error(exc: psycopg.Error) -> ApiError | None:
         return ApiError(409, "conflict", "that already exists")
     if state.startswith("23"):
         return ApiError(409, "conflict", "that conflicts with existing data")
+    if state == "25006":
+        return ApiError(
+            503,
+            "unavailable",
+            "the database is read-only (a standby, or a failover under way)",
+            headers={"Retry-After": "5"},
+        )
     if isinstance(exc, psycopg.OperationalError):
         return ApiError(
             503, "unavailable", "the database is unavailable", headers={"Retry-After": "5"}

@@ -24,23 +24,15 @@ from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from codity.backoff import Backoff, server_address
+from codity.db.conninfo import conninfo
 
 __all__ = ["CHANNEL", "Listener"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "codity_v1"
-# The kernel gives up on an unanswered peer after about this long (libpq connection options).
-_KEEPALIVE = {
-    "keepalives": 1,
-    "keepalives_idle": 5,
-    "keepalives_interval": 2,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 10_000,
-}
 
 
 class Listener:
@@ -68,8 +60,8 @@ class Listener:
         server = server_address(self.url)
         while True:
             try:
-                conninfo = make_conninfo(self.url, application_name="codity-listener", **_KEEPALIVE)
-                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                info = conninfo(self.url, application_name="codity-listener")
+                async with await psycopg.AsyncConnection.connect(info, autocommit=True) as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                     await conn.execute(
                         sql.SQL("LISTEN {}").format(sql.Identifier(self._ping_channel))

@@ -44,7 +44,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -54,6 +54,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from codity import health_file
 from codity.backoff import Backoff, server_address
+from codity.db.conninfo import conninfo
 from codity.db.errors import TRANSIENT, CodityError, WorkerNotActive, translate
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
@@ -147,7 +148,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         self._pool = AsyncConnectionPool(
-            self.url,
+            conninfo(self.url),
             min_size=2,
             max_size=self.config.concurrency + 3,
             kwargs={"autocommit": True, "application_name": "codity-worker"},
@@ -455,7 +456,7 @@ class Worker:
     async def _call(self, query: str, params: list[Any]) -> list[dict[str, Any]]:
         assert self._pool is not None
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection() as conn, _dropped_if_read_only(conn):
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(query, params)
                 return await cur.fetchall()
@@ -468,7 +469,7 @@ class Worker:
     async def _call_typed(self, query: str, params: dict[str, Any]) -> list[ClaimedJob]:
         assert self._pool is not None
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection() as conn, _dropped_if_read_only(conn):
                 cur = conn.cursor(row_factory=args_row(ClaimedJob))
                 await cur.execute(query, params)
                 return await cur.fetchall()
@@ -487,6 +488,18 @@ class Worker:
                 log.warning("database unavailable (%s); retrying", type(exc).__name__)
                 await backoff.wait(server=self._server, stop=stop)
         return None
+
+
+@contextlib.asynccontextmanager
+async def _dropped_if_read_only(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """A session that answers 25006 (read-only) is on a standby, or on a primary being
+    demoted, reached through a proxy or a single-host URL: closed, the pool drops it and
+    opens another, which may reach the new primary (HA.md §6: River, streamling)."""
+    try:
+        yield
+    except psycopg.errors.ReadOnlySqlTransaction:
+        await conn.close()
+        raise
 
 
 async def _forever(name: str, loop: Callable[[], Awaitable[None]]) -> None:

@@ -22,9 +22,9 @@ import logging
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
 from codity.backoff import Backoff, server_address
+from codity.db.conninfo import conninfo
 
 __all__ = ["DEBOUNCE_S", "LiveBroker", "Subscription"]
 
@@ -87,10 +87,10 @@ class LiveBroker:
 
     async def _listen(self) -> None:
         backoff = Backoff()
-        conninfo = make_conninfo(self.url, application_name="codity-web-live")
+        info = conninfo(self.url, application_name="codity-web-live")
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(info, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     backoff.reset()
                     self._arrived(EVERYTHING)

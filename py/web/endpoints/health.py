@@ -34,13 +34,19 @@ async def ready(call: Call[None, None]) -> dict[str, Any]:
     try:
         async with call.pool.connection(timeout=2.0) as conn:
             cur = await conn.execute(
-                "SELECT to_regclass('public._yoyo_migration') IS NOT NULL AS has_table"
+                "SELECT to_regclass('public._yoyo_migration') IS NOT NULL AS has_table,"
+                " pg_catalog.current_setting('transaction_read_only')::boolean AS read_only"
             )
             row = await cur.fetchone()
+            if row and row["read_only"]:
+                await conn.close()  # the pool replaces it: the next may reach the primary
+                raise ApiError(503, "not_ready", "the database is read-only (a standby?)")
             applied: set[str] = set()
             if row and row["has_table"]:
                 cur = await conn.execute("SELECT migration_id FROM public._yoyo_migration")
                 applied = {r["migration_id"] for r in await cur.fetchall()}
+    except ApiError:
+        raise
     except Exception as exc:
         raise ApiError(503, "not_ready", "the database is not reachable") from exc
     pending = [m for m in migration_ids() if m not in applied]
