@@ -60,19 +60,56 @@ def _until_done(conn: psycopg.Connection, call: str, budget_s: float) -> tuple[i
             return totals
 
 
+TICK = "SELECT * FROM codity.tick()"
+TICK_IN_GRACE = """
+SELECT 0 AS workers_dead, 0 AS reaped, 0 AS dead_lettered, p.promoted, m.materialized
+FROM (SELECT codity.promote() AS promoted) AS p,
+     (SELECT count(*)::integer AS materialized FROM codity.materialize_cron()) AS m,
+     (SELECT codity.roll_up()) AS r
+"""
+"""The tick without its worker sweep and its reaping: what the scheduler runs for a while
+after it reconnects (``_outage_grace``)."""
+
+
+def _outage_grace(conn: psycopg.Connection) -> float:
+    """Seconds during which, back from a lost connection, the scheduler neither declares
+    workers dead nor reaps leases: the installation's ``worker_dead_after``.
+
+    While the database was away (a failover, a restart) no worker could heartbeat, so
+    leases ran out and heartbeats went stale on the database's clock although the workers
+    and their handlers lived on. Reaped at the first tick, their jobs ran a second time
+    and were charged a crash (18-32 jobs per failover, from outside, issue 25). In the
+    grace every live worker heartbeats (it retries at once when it failed, and renews a
+    lease that ran out but was not reaped); whatever is still expired after it belongs to
+    a worker that is really gone, reaped one grace later than otherwise."""
+    row = conn.execute(
+        "SELECT extract(epoch FROM s.worker_dead_after)::float8 FROM codity.settings s"
+    ).fetchone()
+    grace = float(row[0]) if row else 15.0
+    log.info("reconnected: no worker sweep and no reaping for %.0f s, so that workers that"
+             " lived through the outage heartbeat first", grace)  # fmt: skip
+    return grace
+
+
 def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) -> None:
     """Tick until ``stop`` is set; reconnect with capped backoff when the database goes away."""
     backoff = Backoff()
     server = server_address(url)
     next_housekeeping = 0.0
+    lost = False  # the last connection (or attempt) failed: this one ends an outage
+    grace_until = 0.0
     while not stop.is_set():
         try:
             info = conninfo(url, application_name="codity-scheduler")
             with psycopg.connect(info, autocommit=True) as conn:
                 backoff.reset()
+                if lost:
+                    grace_until = time.monotonic() + _outage_grace(conn)
+                    lost = False
                 while not stop.is_set():
                     started = time.monotonic()
-                    row = conn.execute("SELECT * FROM codity.tick()").fetchone()
+                    tick = TICK if started >= grace_until else TICK_IN_GRACE
+                    row = conn.execute(tick).fetchone()
                     if row and any(row):
                         log.info(
                             "tick: %d dead workers, %d reaped, %d dead-lettered, "
@@ -93,6 +130,7 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                     elapsed = time.monotonic() - started
                     stop.wait(max(0.0, tick_ms / 1000 - elapsed))
         except TRANSIENT as exc:
+            lost = True
             # The connection is closed on the way out, so a read-only one (25006) is
             # replaced too: with a multi-host URL the next one lands on the primary.
             log.warning("database unavailable (%s); retrying", type(exc).__name__)

@@ -10,6 +10,7 @@ single-host URL or a proxy: new sessions get SQLSTATE 25006 on every write, as t
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from codity.db import migrate
 from codity.db.conninfo import conninfo, hosts
@@ -26,7 +27,7 @@ from codity.scheduler import run_scheduler
 from codity.status import collect_status
 from codity.worker import JobContext, Registry, Worker, WorkerConfig
 from tests.ports import free_port
-from tests.sqlapi import create_queue, one
+from tests.sqlapi import create_queue, one, row
 from tests.webapp import web_client
 
 
@@ -187,3 +188,106 @@ def test_the_web_app_is_not_ready_on_a_read_only_server_and_answers_503(
         while client.get("/readyz").status_code != 200:
             assert time.monotonic() < deadline, "still not ready once writable"
             time.sleep(0.2)
+
+
+def test_a_heartbeat_lost_with_its_session_is_sent_again_at_once(
+    db_url: str, conn: psycopg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A switchover or a restart ends every session (57P01). The failed heartbeat waited a
+    whole interval for the next: two lost in a row used up a 10 s lease (issue 25)."""
+    create_queue(conn, "work")
+    registry = Registry()
+
+    async def work() -> float:
+        stop = asyncio.Event()
+        config = WorkerConfig(queues=("work",), heartbeat_s=4.0, poll_s=60.0, grace_s=2.0)
+        runner = asyncio.create_task(Worker(db_url, registry, config).run(stop))
+        beat = "SELECT max(last_heartbeat_at) FROM codity.workers"
+        deadline = time.monotonic() + 30
+        while (first := one(conn, beat)) is None:
+            assert time.monotonic() < deadline and not runner.done(), runner
+            await asyncio.sleep(0.05)
+        while one(conn, beat) == first:  # a heartbeat: the next is 4 s away
+            assert time.monotonic() < deadline and not runner.done(), runner
+            await asyncio.sleep(0.05)
+        ended = one(conn, "SELECT count(pg_catalog.pg_terminate_backend(a.pid))"
+                          " FROM pg_catalog.pg_stat_activity a"
+                          " WHERE a.application_name = 'codity-worker'")  # fmt: skip
+        assert ended >= 1
+        last = one(conn, beat)
+        while not any("heartbeat failed" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline and not runner.done(), runner
+            await asyncio.sleep(0.02)
+        failed_at = time.monotonic()
+        while one(conn, beat) == last:
+            assert time.monotonic() < deadline and not runner.done(), runner
+            await asyncio.sleep(0.02)
+        resent_after = time.monotonic() - failed_at
+        stop.set()
+        await asyncio.wait_for(runner, 15)
+        return resent_after
+
+    with caplog.at_level(logging.WARNING):
+        resent_after = asyncio.run(work())
+    # At once, with the backoff's first step; not at the next beat, 4 s later.
+    assert resent_after < 2.0, f"the heartbeat was resent {resent_after:.1f} s after it failed"
+
+
+def test_back_from_an_outage_the_scheduler_lets_live_workers_heartbeat_before_reaping(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """Leases ran out while the database was away; reaped at the first tick, the jobs of
+    workers that lived through it ran twice and were charged a crash (issue 25: 18-32 per
+    failover). A worker that stays silent is still declared dead and its job reaped."""
+    conn.execute("SELECT * FROM codity.configure(p_worker_dead_after => interval '3 seconds')")
+    create_queue(conn, "work", lease_seconds=1)
+    name = sql.Identifier(str(conninfo_to_dict(db_url)["dbname"]))
+    admin = psycopg.connect(make_conninfo(db_url, dbname="postgres"), autocommit=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scheduler, args=(db_url, 100, stop), daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)  # ticking
+        # The outage: no new session, the scheduler's own ended (as at a failover).
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(name))
+        conn.execute("SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_stat_activity a"
+                     " WHERE a.application_name = 'codity-scheduler'")  # fmt: skip
+        held = {}
+        for worker in ("alive", "gone"):
+            wid = one(
+                conn,
+                "SELECT codity.register_worker(%s, '{work}', p_heartbeat_seconds => 0.5)",
+                [worker],
+            )
+            conn.execute("SELECT codity.enqueue('work', 'long')")
+            job, fence = row(
+                conn,
+                "SELECT job_id, fence FROM codity.claim(%s, 'work', 1, p_start => true)",
+                [wid],
+            )
+            held[worker] = (wid, job, fence)
+        time.sleep(1.5)  # both leases run out while the scheduler cannot connect
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(name))
+        back = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'codity-scheduler'"
+        deadline = time.monotonic() + 10
+        while one(conn, back) == 0:
+            assert time.monotonic() < deadline, "the scheduler did not reconnect"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the scheduler back first, ticking: the workers' heartbeats follow
+        wid, job, fence = held["alive"]
+        deadline = time.monotonic() + 6  # the 3 s grace, and a few ticks after it
+        while time.monotonic() < deadline:
+            conn.execute("SELECT * FROM codity.heartbeat(%s, %s, %s)", [wid, [job], [fence]])
+            time.sleep(0.3)
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(10)
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(name))
+        admin.close()
+    state = "SELECT status::text, crash_count FROM codity.jobs WHERE id = %s"
+    assert conn.execute(state, [held["alive"][1]]).fetchone() == ("running", 0)
+    assert conn.execute(state, [held["gone"][1]]).fetchone() == ("queued", 1)
+    workers = "SELECT status::text FROM codity.workers WHERE id = %s"
+    assert one(conn, workers, [held["alive"][0]]) == "active"
+    assert one(conn, workers, [held["gone"][0]]) == "dead"

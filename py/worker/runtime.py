@@ -393,13 +393,20 @@ class Worker:
     # -- heartbeat ---------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
+        backoff = Backoff()
         while True:
             await asyncio.sleep(self.config.heartbeat_s)
-            await self._heartbeat_safely()
+            # A heartbeat lost with its connection is sent again at once (backoff capped at
+            # 2 s), not at the next beat: after a restart or a switchover every pooled
+            # session is dead, and a beat per dead session used up the leases (issue 25).
+            while not await self._heartbeat_safely():
+                await backoff.wait(server=self._server)
+            backoff.reset()
 
-    async def _heartbeat_safely(self) -> None:
-        """One heartbeat, and the queues' limits read again; a lost connection is only
-        logged (the next one will do)."""
+    async def _heartbeat_safely(self) -> bool:
+        """One heartbeat, and the queues' limits read again; False when the database could
+        not be reached (logged), True otherwise (a refusal is logged: trying again at once
+        would not change it)."""
         assert self.worker_id is not None
         try:
             await self._reporter.heartbeat(self.worker_id, self._held())
@@ -407,8 +414,10 @@ class Worker:
             health_file.touch()
         except TRANSIENT as exc:
             log.warning("heartbeat failed (%s)", type(exc).__name__)
+            return False
         except CodityError as exc:  # CD005: someone deregistered this worker
             log.error("heartbeat refused: %s (%s)", exc.message, exc.sqlstate)
+        return True
 
     # -- draining --------------------------------------------------------------
 
