@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -36,6 +36,48 @@ def _two_hosts(db_url: str) -> str:
     params = conninfo_to_dict(db_url)
     user, port, name = params.get("user", "postgres"), params["port"], params["dbname"]
     return f"postgresql://{user}@127.0.0.1:{free_port()},127.0.0.1:{port}/{name}"
+
+
+def _pings() -> tuple[Registry, list[int]]:
+    """A registry whose task ``ping`` records each job it ran."""
+    done: list[int] = []
+    registry = Registry()
+
+    @registry.task("ping")
+    async def ping(payload: Any, ctx: JobContext) -> None:
+        done.append(ctx.job_id)
+
+    return registry, done
+
+
+async def _until(
+    condition: Callable[[], bool], runner: asyncio.Task[None], deadline: float
+) -> None:
+    """Wait for ``condition`` while the worker runs, until ``deadline`` (monotonic)."""
+    while not condition():
+        assert time.monotonic() < deadline and not runner.done(), runner
+        await asyncio.sleep(0.02)
+
+
+def _ping_worker(
+    url: str, registry: Registry, done: list[int], *, readonly_for: Any = None
+) -> None:
+    """Run a worker until one job ran; with ``readonly_for``, first check that it lives
+    through 1.5 s of a read-only database, then make the database writable with it."""
+
+    async def work() -> None:
+        stop = asyncio.Event()
+        config = WorkerConfig(queues=("work",), heartbeat_s=0.5, poll_s=0.5, grace_s=2.0)
+        runner = asyncio.create_task(Worker(url, registry, config).run(stop))
+        if readonly_for is not None:
+            await asyncio.sleep(1.5)
+            assert not runner.done(), f"the worker stopped on a read-only server: {runner}"
+            readonly_for()
+        await _until(lambda: bool(done), runner, time.monotonic() + 20)
+        stop.set()
+        await asyncio.wait_for(runner, 15)
+
+    asyncio.run(work())
 
 
 def test_defaults_are_added_and_what_the_url_or_environment_says_wins(
@@ -67,27 +109,9 @@ def test_every_process_works_through_a_url_whose_first_host_is_gone(
     url = _two_hosts(db_url)
     migrate(url)  # applied already: it connects, locks, finds nothing pending
     create_queue(conn, "work")
-    done: list[int] = []
-    registry = Registry()
-
-    @registry.task("ping")
-    async def ping(payload: Any, ctx: JobContext) -> None:
-        done.append(ctx.job_id)
-
+    registry, done = _pings()
     job = one(conn, "SELECT job_id FROM codity.enqueue('work', 'ping')")
-
-    async def work() -> None:
-        stop = asyncio.Event()
-        config = WorkerConfig(queues=("work",), heartbeat_s=0.5, poll_s=0.5, grace_s=2.0)
-        runner = asyncio.create_task(Worker(url, registry, config).run(stop))
-        deadline = time.monotonic() + 20
-        while not done:
-            assert time.monotonic() < deadline and not runner.done(), runner
-            await asyncio.sleep(0.05)
-        stop.set()
-        await asyncio.wait_for(runner, 15)
-
-    asyncio.run(work())
+    _ping_worker(url, registry, done)
     assert done == [job]
     assert any(q["queue"] == "work" for q in collect_status(url)["queues"])
     with web_client(url) as client:
@@ -150,28 +174,8 @@ def test_a_worker_waits_out_a_read_only_server_and_runs_its_job(
     """Registering raised ReadOnlySqlTransaction out of Worker.run."""
     create_queue(conn, "work")
     conn.execute("SELECT codity.enqueue('work', 'ping')")
-    done: list[int] = []
-    registry = Registry()
-
-    @registry.task("ping")
-    async def ping(payload: Any, ctx: JobContext) -> None:
-        done.append(ctx.job_id)
-
-    async def work() -> None:
-        stop = asyncio.Event()
-        config = WorkerConfig(queues=("work",), heartbeat_s=0.5, poll_s=0.5, grace_s=2.0)
-        runner = asyncio.create_task(Worker(db_url, registry, config).run(stop))
-        await asyncio.sleep(1.5)
-        assert not runner.done(), f"the worker stopped on a read-only server: {runner}"
-        read_only()
-        deadline = time.monotonic() + 20
-        while not done:
-            assert time.monotonic() < deadline and not runner.done(), runner
-            await asyncio.sleep(0.05)
-        stop.set()
-        await asyncio.wait_for(runner, 15)
-
-    asyncio.run(work())
+    registry, done = _pings()
+    _ping_worker(db_url, registry, done, readonly_for=read_only)
     assert len(done) == 1
 
 
@@ -204,24 +208,21 @@ def test_a_heartbeat_lost_with_its_session_is_sent_again_at_once(
         runner = asyncio.create_task(Worker(db_url, registry, config).run(stop))
         beat = "SELECT max(last_heartbeat_at) FROM codity.workers"
         deadline = time.monotonic() + 30
-        while (first := one(conn, beat)) is None:
-            assert time.monotonic() < deadline and not runner.done(), runner
-            await asyncio.sleep(0.05)
-        while one(conn, beat) == first:  # a heartbeat: the next is 4 s away
-            assert time.monotonic() < deadline and not runner.done(), runner
-            await asyncio.sleep(0.05)
+        await _until(lambda: one(conn, beat) is not None, runner, deadline)
+        first = one(conn, beat)
+        await _until(lambda: one(conn, beat) != first, runner, deadline)  # the next: 4 s away
         ended = one(conn, "SELECT count(pg_catalog.pg_terminate_backend(a.pid))"
                           " FROM pg_catalog.pg_stat_activity a"
                           " WHERE a.application_name = 'codity-worker'")  # fmt: skip
         assert ended >= 1
         last = one(conn, beat)
-        while not any("heartbeat failed" in r.getMessage() for r in caplog.records):
-            assert time.monotonic() < deadline and not runner.done(), runner
-            await asyncio.sleep(0.02)
+        await _until(
+            lambda: any("heartbeat failed" in r.getMessage() for r in caplog.records),
+            runner,
+            deadline,
+        )
         failed_at = time.monotonic()
-        while one(conn, beat) == last:
-            assert time.monotonic() < deadline and not runner.done(), runner
-            await asyncio.sleep(0.02)
+        await _until(lambda: one(conn, beat) != last, runner, deadline)
         resent_after = time.monotonic() - failed_at
         stop.set()
         await asyncio.wait_for(runner, 15)

@@ -12,7 +12,7 @@ from pathlib import Path
 from codity.bench._against_model import CODITY, PGQUEUER, AgainstReport, Series
 from codity.bench._ceiling import CEILINGS, CLIENTS
 from codity.bench._model import percentile
-from codity.bench._report import performance_path
+from codity.bench._report import write_section
 
 __all__ = ["BEGIN", "END", "HEADING", "render_against", "render_block", "write_against"]
 
@@ -205,14 +205,4 @@ def render_block(r: AgainstReport) -> str:
 
 def write_against(r: AgainstReport, path: Path | None = None) -> Path:
     """Replace this command's block of docs/PERFORMANCE.md, or append the section."""
-    path = path or performance_path()
-    block = render_block(r)
-    text = path.read_text("utf-8") if path.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
-    path.write_text(text, "utf-8")
-    return path
+    return write_section(render_block(r), BEGIN, END, HEADING, path)

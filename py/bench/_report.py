@@ -11,7 +11,16 @@ from pathlib import Path
 
 from codity.bench._model import Drain, Pickup, Report, percentile
 
-__all__ = ["BEGIN", "END", "performance_path", "render_block", "render_table", "write_performance"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "performance_path",
+    "render_block",
+    "render_table",
+    "replace_section",
+    "write_performance",
+    "write_section",
+]
 
 BEGIN = "<!-- BEGIN codity bench: generated, do not edit by hand; rerun `./codity bench` -->"
 END = "<!-- END codity bench -->"
@@ -196,17 +205,34 @@ def performance_path() -> Path:
     return Path(__file__).resolve().parents[2] / "docs" / "PERFORMANCE.md"
 
 
+def replace_section(text: str, block: str, begin: str, end: str) -> str | None:
+    """``text`` with what lies from ``begin`` to ``end`` (markers included) replaced by
+    ``block`` (which carries the markers again); None when the markers are not there."""
+    if begin not in text or end not in text:
+        return None
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return head + block + tail
+
+
+def write_section(block: str, begin: str, end: str, heading: str, path: Path | None = None) -> Path:
+    """A command's generated block of docs/PERFORMANCE.md replaced, or appended under
+    ``heading`` when the file does not hold it yet."""
+    path = path or performance_path()
+    text = path.read_text("utf-8") if path.exists() else "# Performance\n"
+    replaced = replace_section(text, block, begin, end)
+    if replaced is None:
+        replaced = text.rstrip("\n") + f"\n\n{heading}\n\n{block}\n"
+    path.write_text(replaced, "utf-8")
+    return path
+
+
 def write_performance(r: Report, path: Path | None = None) -> Path:
     """Replace the generated block of docs/PERFORMANCE.md (or write a skeleton around it)."""
     path = path or performance_path()
     block = render_block(r)
     text = path.read_text("utf-8") if path.exists() else ""
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = _SKELETON.format(block=block)
+    replaced = replace_section(text, block, BEGIN, END)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, "utf-8")
+    path.write_text(_SKELETON.format(block=block) if replaced is None else replaced, "utf-8")
     return path

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from codity.bench._model import Pickup, percentile
-from codity.bench._report import performance_path
+from codity.bench._report import write_section
 from codity.bench.citus_model import CITUS, PLAIN, CitusReport, DrainRound, MultiTask, NodeSpent
 
 __all__ = ["BEGIN", "END", "HEADING", "render_block", "render_citus", "write_citus"]
@@ -420,14 +420,4 @@ def render_block(r: CitusReport) -> str:
 
 def write_citus(r: CitusReport, path: Path | None = None) -> Path:
     """Replace this command's block of docs/PERFORMANCE.md, or append the section."""
-    path = path or performance_path()
-    block = render_block(r)
-    text = path.read_text("utf-8") if path.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
-    path.write_text(text, "utf-8")
-    return path
+    return write_section(render_block(r), BEGIN, END, HEADING, path)

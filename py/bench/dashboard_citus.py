@@ -19,7 +19,7 @@ import psycopg
 
 from codity.bench._machine import describe_machine, load_average
 from codity.bench._model import Machine
-from codity.bench._report import performance_path
+from codity.bench._report import write_section
 from codity.bench.citus_servers import BenchServers, interrupt_on_sigterm
 from codity.bench.dashboard_run import Measured, measure_database
 
@@ -75,19 +75,6 @@ def _render(machine: Machine, plain: Measured, cluster: Measured, when: str) -> 
     ])  # fmt: skip
 
 
-def _write(block: str) -> None:
-    path = performance_path()
-    text = path.read_text("utf-8")
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n### The dashboard on Citus\n\n" + block + "\n"
-    path.write_text(text, "utf-8")
-    print(f"wrote {path}")
-
-
 def run_dashboard_citus_command(*, jobs: int, pages: int, write: bool) -> int:
     load_before = load_average()
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -103,5 +90,5 @@ def run_dashboard_citus_command(*, jobs: int, pages: int, write: bool) -> int:
     block = _render(machine, plain, cluster, when)
     print(block)
     if write:
-        _write(block)
+        print(f"wrote {write_section(block, BEGIN, END, '### The dashboard on Citus')}")
     return 0

@@ -31,7 +31,7 @@ import psycopg
 
 from codity.bench._machine import describe_machine, load_average
 from codity.bench._model import Machine
-from codity.bench._report import performance_path
+from codity.bench._report import write_section
 from codity.bench.dashboard_pages import PageFigure, time_pages
 from codity.bench.dashboard_world import OPERATOR_EMAIL, OPERATOR_PASSWORD, World, build_world
 from codity.bench.live_events import LiveFigures, measure_live_pages
@@ -178,17 +178,6 @@ def _render(
     return "\n".join(lines)
 
 
-def _write(block: str, path: Path) -> None:
-    text = path.read_text("utf-8")
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n## Dashboard\n\n" + block + "\n"
-    path.write_text(text, "utf-8")
-
-
 @dataclass(frozen=True)
 class Measured:
     """What one database gave: its world, every page's figures, the live pages'."""
@@ -243,7 +232,5 @@ def run_dashboard_command(url: str, *, jobs: int, pages: int, write: bool) -> in
     block = _render(machine, measured.world, measured.pages, measured.live, when)
     print(block)
     if write:
-        path = performance_path()
-        _write(block, path)
-        print(f"wrote {path}")
+        print(f"wrote {write_section(block, BEGIN, END, '## Dashboard')}")
     return 0

@@ -48,8 +48,11 @@ _ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT",
 
 def hosts(url: str) -> list[str]:
     """The hosts a URL or connection string names, in order ([] for the default host)."""
-    host = str(conninfo_to_dict(url).get("host") or "")
-    return [h for h in host.split(",") if h] if host else []
+    return _hosts(conninfo_to_dict(url))
+
+
+def _hosts(params: dict[str, Any]) -> list[str]:
+    return [h for h in str(params.get("host") or "").split(",") if h]
 
 
 def conninfo(url: str, **extra: Any) -> str:
@@ -61,7 +64,7 @@ def conninfo(url: str, **extra: Any) -> str:
         if name not in params and not os.environ.get(_ENVIRONMENT.get(name, "")):
             params[name] = value
     if (
-        len(hosts(url)) > 1
+        len(_hosts(params)) > 1
         and "target_session_attrs" not in params
         and not os.environ.get(_ENVIRONMENT["target_session_attrs"])
     ):

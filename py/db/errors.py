@@ -16,6 +16,10 @@ docs/SQL_API.md). Python branches on the code, never on message text::
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import psycopg
 from psycopg_pool import PoolTimeout
 
@@ -29,6 +33,7 @@ __all__ = [
     "NotFound",
     "NotPermitted",
     "WorkerNotActive",
+    "closed_if_read_only",
     "translate",
 ]
 
@@ -42,6 +47,19 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     psycopg.errors.ReadOnlySqlTransaction,
     PoolTimeout,
 )
+
+
+@contextlib.asynccontextmanager
+async def closed_if_read_only(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """Closes a pooled session that answers 25006 (read-only): it is on a standby, or on a
+    primary being demoted, reached through a proxy or a single-host URL. The pool drops a
+    closed connection and opens another, which may reach the new primary (HA.md §6:
+    River, streamling). The error goes on to the caller (TRANSIENT)."""
+    try:
+        yield
+    except psycopg.errors.ReadOnlySqlTransaction:
+        await conn.close()
+        raise
 
 
 class CodityError(Exception):

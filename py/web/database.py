@@ -28,11 +28,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from psycopg import AsyncConnection, errors, sql
+from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from codity.db.conninfo import conninfo
+from codity.db.errors import closed_if_read_only
 
 __all__ = ["open_pool", "set_tenant", "set_user", "transaction"]
 
@@ -82,17 +83,10 @@ async def transaction(
 ) -> AsyncIterator[AsyncConnection[Any]]:
     """One transaction as codity_app, acting for ``user_id`` (or no one) and no tenant yet,
     or the tenant given: only a request the guard has already let in names one."""
-    async with pool.connection() as conn:
-        try:
-            async with conn.transaction():
-                tenant = _settings(user_id=user_id, org_id=org_id, project_id=project_id)
-                await _apply(conn, _ROLE, *tenant)
-                yield conn
-        except errors.ReadOnlySqlTransaction:
-            # On a standby, or a primary being demoted (a proxy or a single-host URL):
-            # closed, the pool replaces it, perhaps with one on the new primary.
-            await conn.close()
-            raise
+    async with pool.connection() as conn, closed_if_read_only(conn), conn.transaction():
+        tenant = _settings(user_id=user_id, org_id=org_id, project_id=project_id)
+        await _apply(conn, _ROLE, *tenant)
+        yield conn
 
 
 async def set_tenant(

@@ -44,7 +44,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -55,7 +55,13 @@ from psycopg_pool import AsyncConnectionPool
 from codity import health_file
 from codity.backoff import Backoff, server_address
 from codity.db.conninfo import conninfo
-from codity.db.errors import TRANSIENT, CodityError, WorkerNotActive, translate
+from codity.db.errors import (
+    TRANSIENT,
+    CodityError,
+    WorkerNotActive,
+    closed_if_read_only,
+    translate,
+)
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
 from codity.worker.empty_queues import EmptyQueues
@@ -465,7 +471,7 @@ class Worker:
     async def _call(self, query: str, params: list[Any]) -> list[dict[str, Any]]:
         assert self._pool is not None
         try:
-            async with self._pool.connection() as conn, _dropped_if_read_only(conn):
+            async with self._pool.connection() as conn, closed_if_read_only(conn):
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(query, params)
                 return await cur.fetchall()
@@ -478,7 +484,7 @@ class Worker:
     async def _call_typed(self, query: str, params: dict[str, Any]) -> list[ClaimedJob]:
         assert self._pool is not None
         try:
-            async with self._pool.connection() as conn, _dropped_if_read_only(conn):
+            async with self._pool.connection() as conn, closed_if_read_only(conn):
                 cur = conn.cursor(row_factory=args_row(ClaimedJob))
                 await cur.execute(query, params)
                 return await cur.fetchall()
@@ -497,18 +503,6 @@ class Worker:
                 log.warning("database unavailable (%s); retrying", type(exc).__name__)
                 await backoff.wait(server=self._server, stop=stop)
         return None
-
-
-@contextlib.asynccontextmanager
-async def _dropped_if_read_only(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """A session that answers 25006 (read-only) is on a standby, or on a primary being
-    demoted, reached through a proxy or a single-host URL: closed, the pool drops it and
-    opens another, which may reach the new primary (HA.md §6: River, streamling)."""
-    try:
-        yield
-    except psycopg.errors.ReadOnlySqlTransaction:
-        await conn.close()
-        raise
 
 
 async def _forever(name: str, loop: Callable[[], Awaitable[None]]) -> None:
