@@ -25,6 +25,7 @@ from codity import health_file
 from codity.backoff import Backoff, server_address
 from codity.db.conninfo import conninfo
 from codity.db.errors import TRANSIENT
+from codity.outage import Outage
 from codity.stop_signal import StopSignal
 
 __all__ = ["HOUSEKEEPING_EVERY_S", "PRUNE_LIMIT", "housekeep", "prune", "run_scheduler"]
@@ -97,6 +98,7 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
     server = server_address(url)
     next_housekeeping = 0.0
     lost = False  # the last connection (or attempt) failed: this one ends an outage
+    outage = Outage(log)
     grace_until = 0.0
     while not stop.is_set():
         try:
@@ -110,6 +112,7 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                     started = time.monotonic()
                     tick = TICK if started >= grace_until else TICK_IN_GRACE
                     row = conn.execute(tick).fetchone()
+                    outage.answered()
                     if row and any(row):
                         log.info(
                             "tick: %d dead workers, %d reaped, %d dead-lettered, "
@@ -133,5 +136,5 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
             lost = True
             # The connection is closed on the way out, so a read-only one (25006) is
             # replaced too: with a multi-host URL the next one lands on the primary.
-            log.warning("database unavailable (%s); retrying", type(exc).__name__)
+            outage.failed("tick", exc)
             backoff.wait_blocking(stop, server=server)

@@ -11,6 +11,11 @@ The server's byte stream is parsed only after an armed client message, when it s
 message boundary (the client waits for the answer); each message is a type byte and a
 length that counts itself. Runs its own event loop in a thread; plain TCP (connect with
 ``sslmode=disable``).
+
+``stall()`` stands for a network partition that leaves sockets open: nothing is forwarded
+either way, new connections are accepted and left waiting, and no side sees an error —
+keepalives are answered by the proxy's kernel, so only a deadline notices. ``resume()``
+heals it: what was held is forwarded, as TCP delivers it once a partition ends.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class PgProxy:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _loop: asyncio.AbstractEventLoop | None = None
     _stop: asyncio.Event | None = None
+    _flowing: asyncio.Event | None = None
     _thread: threading.Thread | None = None
 
     def cut_after(self, pattern: bytes, times: int = 1) -> None:
@@ -52,6 +58,26 @@ class PgProxy:
         query = "&".join(q for q in (parts.query, "sslmode=disable") if q)
         return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
+    def stall(self) -> None:
+        """Stop forwarding, both ways and on every connection, sockets left open."""
+        self._switch(on=False)
+
+    def resume(self) -> None:
+        """Forward again, what was held first."""
+        self._switch(on=True)
+
+    def _switch(self, *, on: bool) -> None:
+        assert self._loop is not None and self._flowing is not None
+        flowing = self._flowing
+
+        async def flip() -> None:
+            if on:
+                flowing.set()
+            else:
+                flowing.clear()
+
+        asyncio.run_coroutine_threadsafe(flip(), self._loop).result(5)
+
     def _take(self, data: bytes) -> bool:
         with self._lock:
             for i, pattern in enumerate(self._armed):
@@ -63,13 +89,17 @@ class PgProxy:
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         writers = [client_w]
         tasks: list[asyncio.Task[None]] = []
+        assert self._flowing is not None
+        flowing = self._flowing
         try:
+            await flowing.wait()
             server_r, server_w = await asyncio.open_connection(self.target_host, self.target_port)
             writers.append(server_w)
             cut = asyncio.Event()
 
             async def upstream() -> None:
                 while data := await client_r.read(65536):
+                    await flowing.wait()
                     if self._take(data):
                         cut.set()
                     server_w.write(data)
@@ -78,6 +108,7 @@ class PgProxy:
             async def downstream() -> None:
                 pending = b""
                 while data := await server_r.read(65536):
+                    await flowing.wait()
                     if not cut.is_set():
                         client_w.write(data)
                         await client_w.drain()
@@ -112,6 +143,8 @@ class PgProxy:
 
         async def main() -> None:
             self._stop = asyncio.Event()
+            self._flowing = asyncio.Event()
+            self._flowing.set()
             handlers: set[asyncio.Task[None]] = set()
 
             async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:

@@ -208,6 +208,18 @@ _WORKER = (
         "SELECT * FROM codity.release(%(job)s, %(fence)s{now})",
         lambda env: dict(zip(("job", "fence"), _claimed(env, 3), strict=True)),
     ),
+    # A claim whose answer the worker never got: it gives the job back, listing none.
+    Call(
+        "claim_in_queue",
+        "SELECT * FROM codity.claim_in_queue(%(queue)s, %(worker)s, 1{now})",
+        lambda env: {**_queue(env), "worker": env["worker"][0]["register_worker"]},
+    ),
+    Call(
+        "release_lost_claims_in_queue",
+        "SELECT * FROM codity.release_lost_claims_in_queue("
+        "%(queue)s, %(worker)s, '{}'::bigint[]{now})",
+        lambda env: {**_queue(env), "worker": env["worker"][0]["register_worker"]},
+    ),
     Call(
         "get_job",
         "SELECT * FROM codity.get_job(%(job)s)",

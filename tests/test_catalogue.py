@@ -158,6 +158,7 @@ REVIEWED_SECURITY_DEFINER = {
     "timestamp with time zone)",
     "codity.configure(interval)",
     "codity.release_in_queue(bigint,bigint,integer,timestamp with time zone)",
+    "codity.release_lost_claims_in_queue(bigint,bigint,bigint[],timestamp with time zone)",
     "codity.release(bigint,integer,timestamp with time zone)",
     "codity.replay_dead_letter(bigint,bigint,timestamp with time zone)",
     "codity.replay_dead_letters(bigint,text,text,timestamp with time zone,integer,"
@@ -189,6 +190,7 @@ WORKER_PROTOCOL = {
     "complete_many_in_queue",
     "fail_in_queue",
     "release_in_queue",
+    "release_lost_claims_in_queue",
     "enqueue_in_queue",
     "enqueue_many_in_queue",
     "complete",

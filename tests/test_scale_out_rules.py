@@ -197,6 +197,7 @@ HOT_BODIES = (
     "complete_many_in_queue",
     "fail_in_queue",
     "release_in_queue",
+    "release_lost_claims_in_queue",
     "extend_leases",
     "reap_in_queue",
     "enqueue_in_queue",

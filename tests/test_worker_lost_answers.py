@@ -101,3 +101,40 @@ def test_a_lost_failure_answer_is_resent_and_charges_one_attempt(
     messages = [r.getMessage() for r in caplog.records]
     assert not any("refused" in m for m in messages), messages
     assert any("had landed" in m for m in messages), messages
+
+
+def test_the_jobs_of_a_claim_whose_answer_was_lost_are_given_back_at_once(
+    db_url: str, conn: psycopg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim commits, its answer is lost: the database holds the jobs under a worker
+    that never heard of them. Before its next claim the worker gives them back
+    (codity.release_lost_claims_in_queue), attempt not charged, and runs them — instead of
+    their waiting out the lease (30 s here; no reaper runs at all) and being charged a
+    crash. Break it: skip the call, and the jobs stay claimed until this test times out."""
+    _setup(conn)
+    conn.execute(
+        "SELECT codity.enqueue_many('work', %s)",
+        [Jsonb([{"task": "ok", "payload": {"n": i}} for i in range(3)])],
+    )
+    with running_proxy(db_url) as proxy:
+        proxy.cut_after(b"claim_in_queue(")
+        caplog.set_level(logging.INFO, logger="codity")
+        asyncio.run(
+            _run_until(
+                proxy.url(db_url),
+                _registry(),
+                lambda: _statuses(conn).get("completed", 0) == 3,
+                timeout=10,
+            )
+        )
+        assert proxy.cuts == 1, "one claim's answer was lost on the way back"
+
+    executions = conn.execute(
+        "SELECT status::text, attempt_refunded, count(*) FROM codity.job_executions"
+        " GROUP BY 1, 2 ORDER BY 1"
+    ).fetchall()
+    assert executions == [("completed", False, 3), ("released", True, 3)], executions
+    crashes_and_attempts = "SELECT sum(crash_count), max(attempt) FROM codity.jobs"
+    assert conn.execute(crashes_and_attempts).fetchone() == (0, 1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("claimed by a call whose answer was lost" in m for m in messages), messages

@@ -106,6 +106,7 @@ BODIES = (
     "complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone,boolean)",
     "fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
     "release_in_queue(bigint,bigint,integer,timestamp with time zone)",
+    "release_lost_claims_in_queue(bigint,bigint,bigint[],timestamp with time zone)",
     "extend_leases(bigint,bigint,bigint[],integer[],timestamp with time zone)",
     "reap_in_queue(bigint,timestamp with time zone,integer)",
     "enqueue_in_queue(bigint,text,jsonb,timestamp with time zone,integer,text,integer,"

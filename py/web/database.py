@@ -32,7 +32,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from codity.db.conninfo import conninfo
+from codity.db.conninfo import POOL_RECONNECT_S, conninfo
 from codity.db.errors import closed_if_read_only
 
 __all__ = ["open_pool", "set_tenant", "set_user", "transaction"]
@@ -67,6 +67,7 @@ async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> Async
         max_size=max_size,
         open=False,
         timeout=10.0,
+        reconnect_timeout=POOL_RECONNECT_S,
         kwargs={"autocommit": True, "row_factory": dict_row, "application_name": "codity-web"},
     )
     await pool.open(wait=True, timeout=30.0)

@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
-import socket
 from collections.abc import Callable
 
 import psycopg
@@ -27,12 +25,18 @@ from psycopg import sql
 
 from codity.backoff import Backoff, server_address
 from codity.db.conninfo import conninfo
+from codity.db.deadline import shut_down
+from codity.db.errors import TRANSIENT
+from codity.outage import Outage
 
 __all__ = ["CHANNEL", "Listener"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "codity_v1"
+# TRANSIENT includes 25006: LISTEN refused by a standby reached through a single-host URL or
+# a proxy. TimeoutError: the ping unanswered.
+_RECONNECT_ON: tuple[type[BaseException], ...] = (*TRANSIENT, TimeoutError)
 
 
 class Listener:
@@ -44,6 +48,7 @@ class Listener:
         ping_s: float = 5.0,
         ping_timeout_s: float = 2.0,
         heard: Callable[[str | None], None] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.url = url
         self.wake = wake
@@ -51,6 +56,7 @@ class Listener:
         """Told each notification's payload before the wake-up, and None on every
         (re)connect: the worker's codity.worker.empty_queues."""
         self.ping_s = ping_s
+        self._outage = outage if outage is not None else Outage(log)
         self.ping_timeout_s = ping_timeout_s
         self.reconnects = 0
         self._ping_channel = f"codity_ping_{secrets.token_hex(6)}"
@@ -67,11 +73,12 @@ class Listener:
                         sql.SQL("LISTEN {}").format(sql.Identifier(self._ping_channel))
                     )
                     backoff.reset()
+                    self._outage.answered()
                     self._arrived(None)  # what was notified while we were away is gone
                     await self._listen(conn)
-            except (psycopg.OperationalError, TimeoutError) as exc:
+            except _RECONNECT_ON as exc:
                 self.reconnects += 1
-                log.warning("listener lost its connection (%s); reconnecting", type(exc).__name__)
+                self._outage.failed("the listener's connection", exc)
                 await backoff.wait(server=server)
 
     async def _listen(self, conn: psycopg.AsyncConnection) -> None:
@@ -101,7 +108,7 @@ class Listener:
         # Cancelling the hung call would make psycopg ask the server to cancel it, and wait
         # for an answer a frozen server never gives. Shutting the socket down makes the call
         # fail at once instead; the connection is dropped and a new one made.
-        _shutdown(conn)
+        shut_down(conn)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ping, 1.0)
         raise TimeoutError("no answer to the listener's ping")
@@ -113,9 +120,3 @@ class Listener:
                 self._arrived(notify.payload)
             elif notify.payload == token:
                 return
-
-
-def _shutdown(conn: psycopg.AsyncConnection) -> None:
-    """Shut the connection's socket down (reads see end of file), without closing its fd."""
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-        sock.shutdown(socket.SHUT_RDWR)

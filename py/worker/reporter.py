@@ -33,7 +33,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from codity.backoff import Backoff
+from codity.db.deadline import already_waited
 from codity.db.errors import TRANSIENT, CodityError
+from codity.outage import Outage
 from codity.worker.context import JobContext
 
 __all__ = ["COMPLETE_MANY", "MAX_BATCH", "MAX_RESULT_BYTES", "Reporter"]
@@ -118,12 +120,14 @@ class Reporter:
         on_sent: Callable[[], None] = lambda: None,
         batch: int = 1,
         linger_s: float = LINGER_S,
+        outage: Outage | None = None,
     ) -> None:
         self._call = call
         self._server = server
         self._on_sent = on_sent
         self._batch = max(1, min(batch, MAX_BATCH))
         self._linger_s = linger_s
+        self._outage = outage if outage is not None else Outage(log)
         self._hurry = False
         self._lock = asyncio.Lock()
         self._queue: list[_Report] = []
@@ -185,13 +189,16 @@ class Reporter:
             return False
         return True
 
-    async def heartbeat(self, worker_id: int, running: list[JobContext]) -> None:
+    async def heartbeat(self, worker_id: int, running: list[JobContext]) -> float:
         """Extend the leases of the running and unreported jobs; stop the lost and cancelled.
+        Returns the loop time at which the call was sent: the leases it extended last at
+        least the queue's lease_seconds from then (codity.worker.leases).
 
         Raises what the call raises (TRANSIENT, WorkerNotActive): the caller decides."""
         async with self._lock:
             # Taken under the lock: a flush that just ended has left the pending set.
             held = running + self.pending()
+            sent_at = asyncio.get_running_loop().time()
             rows = await self._call(
                 _HEARTBEAT,
                 [
@@ -212,6 +219,7 @@ class Reporter:
                 if not ctx.is_cancelled:
                     ctx.logger.warning("%s: stopping", row["state"])
                 ctx.cancelled.set()
+        return sent_at
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -268,8 +276,9 @@ class Reporter:
                     log.warning("%s not sent (%s): giving up", what, type(exc).__name__)
                     return None
                 # It may have committed before the connection dropped: resending is safe.
-                log.warning("%s failed (%s); retrying", what, type(exc).__name__)
-                await backoff.wait(server=self._server)
+                self._outage.failed(what, exc)
+                if not already_waited(exc):
+                    await backoff.wait(server=self._server)
 
     async def _complete(self, batch: list[_Report]) -> None:
         params: list[Any] = [
@@ -318,7 +327,7 @@ class Reporter:
             return
         row = rows[0]
         if report.kind == "release" and row["outcome"] == "applied":
-            await self._notify_released(ctx.queue_id)
+            await self.wake_queue(ctx.queue_id)
         if not row["accepted"]:
             log.info("%s of job %s refused: %s", report.kind, ctx.job_id, row["detail"])
         elif row["outcome"] == "already_applied":
@@ -326,7 +335,7 @@ class Reporter:
                 "%s of job %s had landed before the connection dropped", report.kind, ctx.job_id
             )
 
-    async def _notify_released(self, queue_id: int) -> None:
+    async def wake_queue(self, queue_id: int) -> None:
         """NOTIFY the queue's workers that a job is back; a hint, so a failure only logs."""
         try:
             await self._call(_WAKE, [queue_id])

@@ -54,7 +54,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from codity import health_file
 from codity.backoff import Backoff, server_address
-from codity.db.conninfo import conninfo
+from codity.db.conninfo import POOL_RECONNECT_S, conninfo
+from codity.db.deadline import already_waited, answered_within
 from codity.db.errors import (
     TRANSIENT,
     CodityError,
@@ -62,9 +63,11 @@ from codity.db.errors import (
     closed_if_read_only,
     translate,
 )
+from codity.outage import Outage
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
 from codity.worker.empty_queues import EmptyQueues
+from codity.worker.leases import Leases, margin
 from codity.worker.limits import Limits
 from codity.worker.listener import Listener
 from codity.worker.registry import Registry, Task
@@ -82,6 +85,11 @@ _EXIT_REPORTS_S = 5.0
 _GIVE_UP_ON: tuple[type[BaseException], ...] = (*TRANSIENT, TimeoutError)
 MAX_CLAIM = 1000
 """The most one codity.claim hands out (CD010 above): a worker holding more claims in parts."""
+_FENCE_TICK_S = 0.1
+"""How often the worker looks for held jobs whose leases may run out (codity.worker.leases)."""
+_MAX_CALL_S = 10.0
+"""The longest one database call may go unanswered, for leases of 20 s and more; a shorter
+lease gives each call half of it, and never less than 1 s (docs/DESIGN_DECISIONS.md 64)."""
 
 
 @dataclass(frozen=True)
@@ -141,13 +149,20 @@ class Worker:
         # commit) carries a batch; without a prefetch to cover the wait, at every free slot.
         self._low_water = max(1, min(prefetch, self._holds // 2))
         self._wake = asyncio.Event()
+        self._outage = Outage(log)  # one warning per outage, from every loop
         self._reporter = Reporter(
-            self._call, self._server, on_sent=self._wake.set, batch=self._holds
-        )
+            self._call, self._server, on_sent=self._wake.set, batch=self._holds,
+            outage=self._outage,
+        )  # fmt: skip
         # Marks hold while notifications can undo them: not at all without the listener.
         self._empty = EmptyQueues(config.poll_s if config.listen else 0.0)
+        self._leases = Leases()
+        # Queues where a claim failed on a lost connection: it may have committed, and its
+        # jobs are given back before the next claim there (codity.release_lost_claims_in_queue).
+        self._lost_claims: set[int] = set()
+        self._answered_at: float | None = None  # loop time the last answered heartbeat left
         self._listener = Listener(url, self._wake, ping_s=max(1.0, config.heartbeat_s),
-                                  heard=self._empty.heard_payload)  # fmt: skip
+                                  heard=self._empty.heard_payload, outage=self._outage)  # fmt: skip
         self._exit_reports_by: float | None = None  # loop time; set when draining starts
 
     # -- lifecycle -----------------------------------------------------------
@@ -157,6 +172,7 @@ class Worker:
             conninfo(self.url),
             min_size=2,
             max_size=self.config.concurrency + 3,
+            reconnect_timeout=POOL_RECONNECT_S,
             kwargs={"autocommit": True, "application_name": "codity-worker"},
             open=False,
         )
@@ -170,6 +186,7 @@ class Worker:
             if queue_ids is None:
                 return
             self._queue_ids = queue_ids
+            self._warn_of_short_leases()
             health_file.touch()
             log.info(
                 "worker %s registered as %d on %s",
@@ -177,7 +194,11 @@ class Worker:
                 self.worker_id,
                 self.config.queues,
             )
-            loops = [("reporter", self._reporter.run), ("heartbeat", self._heartbeat_loop)]
+            loops = [
+                ("reporter", self._reporter.run),
+                ("heartbeat", self._heartbeat_loop),
+                ("lease fence", self._fence_loop),
+            ]
             if self.config.listen:
                 loops.append(("listener", self._listener.run))
             background += [asyncio.create_task(_forever(name, loop)) for name, loop in loops]
@@ -212,12 +233,24 @@ class Worker:
         queue's id (DESIGN.md, "Room to scale out", rule 1). Their limits come with them,
         and are read again with every heartbeat, so a limit set later is followed."""
         rows = await self._call(
-            "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds"
-            " FROM codity.worker_queues(%s)",
+            "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds,"
+            " lease_seconds FROM codity.worker_queues(%s)",
             [self.worker_id],
         )
         self._limits = {row["queue"]: Limits.of(row) for row in rows}
+        self._leases.lease_seconds({int(r["queue_id"]): r["lease_seconds"] for r in rows})
         return {row["queue"]: int(row["queue_id"]) for row in rows}
+
+    def _warn_of_short_leases(self) -> None:
+        lease_s = self._leases.shortest()
+        if lease_s is not None and 2 * self.config.heartbeat_s > lease_s - margin(lease_s):
+            log.warning(
+                "a lease of %gs leaves room for fewer than two heartbeats every %gs before this"
+                " worker must stop the job's handler on its own clock: beat more often, or"
+                " lease for longer",
+                lease_s,
+                self.config.heartbeat_s,
+            )
 
     async def _deregister(self) -> None:
         try:
@@ -249,8 +282,9 @@ class Worker:
                 claimed = await self._claim_once()
                 backoff.reset()
             except TRANSIENT as exc:
-                log.warning("claim failed (%s); retrying", type(exc).__name__)
-                await backoff.wait(server=self._server, stop=stop)
+                self._outage.failed("claim", exc)
+                if not already_waited(exc):
+                    await backoff.wait(server=self._server, stop=stop)
                 continue
             except WorkerNotActive:
                 # Declared dead while we were unreachable: a heartbeat makes us active again
@@ -313,12 +347,20 @@ class Worker:
         suspects = not self._busy() and not self._reporter.unsent()
         if self._empty.skip(queue_id, suspects=suspects):
             return 0
+        if queue_id in self._lost_claims:
+            await self._release_lost_claims(queue_id)
         heard = self._empty.before_claim()
-        jobs = await self._call_typed(
-            CLAIM_AND_START,
-            {"worker": self.worker_id, "queue_id": queue_id, "limit": limit,
-             "suspects": suspects},
-        )  # fmt: skip
+        sent_at = asyncio.get_running_loop().time()
+        try:
+            jobs = await self._call_typed(
+                CLAIM_AND_START,
+                {"worker": self.worker_id, "queue_id": queue_id, "limit": limit,
+                 "suspects": suspects},
+            )  # fmt: skip
+        except TRANSIENT:
+            self._lost_claims.add(queue_id)
+            raise
+        self._leases.granted(((job.job_id, queue_id) for job in jobs), sent_at)
         for job in jobs:
             self._accept(queue, job)
         limits = self._limits.get(queue)
@@ -330,6 +372,26 @@ class Worker:
                 at = asyncio.get_running_loop().time() + wait
                 self._retry_at = at if self._retry_at is None else min(self._retry_at, at)
         return len(jobs)
+
+    async def _release_lost_claims(self, queue_id: int) -> None:
+        """Give back the jobs a claim took whose answer never came: the database holds them
+        under this worker, which knows nothing of them. Every job of the queue the worker
+        does know of is listed; raises TRANSIENT like any call (the queue stays marked)."""
+        known = [c.job_id for c in self._held() + self._reporter.pending()
+                 if c.queue_id == queue_id]  # fmt: skip
+        rows = await self._call(
+            "SELECT job_id FROM codity.release_lost_claims_in_queue(%s, %s, %s::bigint[])",
+            [queue_id, self.worker_id, known],
+        )
+        self._lost_claims.discard(queue_id)
+        if rows:
+            log.info(
+                "gave back %d job(s) of queue %d claimed by a call whose answer was lost: %s",
+                len(rows),
+                queue_id,
+                [row["job_id"] for row in rows],
+            )
+            await self._reporter.wake_queue(queue_id)
 
     def _accept(self, queue: str, job: ClaimedJob) -> None:
         ctx = JobContext(
@@ -347,12 +409,18 @@ class Worker:
         self._start_waiting()
 
     def _start_waiting(self) -> None:
-        """Begin waiting jobs, oldest claim first, while a slot is free."""
+        """Begin waiting jobs, oldest claim first, while a slot is free; never one whose
+        lease may have run out (it is given back instead)."""
+        now = asyncio.get_running_loop().time()
         while self._waiting and len(self._running) < self.config.concurrency:
             waiting = self._waiting.popleft()
             ctx = waiting.ctx
             if ctx.is_cancelled:  # cancelled or reaped while it waited: nothing to report
                 ctx.logger.info("cancelled or lost before it began; not run")
+                self._leases.forget(ctx.job_id)
+                continue
+            if self._leases.stop_by(ctx.job_id) <= now:
+                self._give_back(ctx)
                 continue
             task = asyncio.create_task(self._run_job(ctx, waiting.payload, waiting.timeout_s))
             self._running[ctx.job_id] = _Running(ctx, task, waiting.suspect)
@@ -360,6 +428,7 @@ class Worker:
 
     def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._running.pop(job_id, None)
+        self._leases.forget(job_id)
         self._start_waiting()
         self._wake.set()  # a slot is free: there may be more to claim
 
@@ -405,25 +474,89 @@ class Worker:
             # A heartbeat lost with its connection is sent again at once (backoff capped at
             # 2 s), not at the next beat: after a restart or a switchover every pooled
             # session is dead, and a beat per dead session used up the leases (issue 25).
-            while not await self._heartbeat_safely():
-                await backoff.wait(server=self._server)
+            while (error := await self._heartbeat_safely()) is not None:
+                if not already_waited(error):
+                    await backoff.wait(server=self._server)
             backoff.reset()
 
-    async def _heartbeat_safely(self) -> bool:
-        """One heartbeat, and the queues' limits read again; False when the database could
-        not be reached (logged), True otherwise (a refusal is logged: trying again at once
-        would not change it)."""
+    async def _heartbeat_safely(self) -> BaseException | None:
+        """One heartbeat, and the queues' limits read again; the error when the database
+        could not be reached (logged), None otherwise (a refusal is logged: trying again at
+        once would not change it)."""
         assert self.worker_id is not None
+        held = self._held()
         try:
-            await self._reporter.heartbeat(self.worker_id, self._held())
+            sent_at = await self._reporter.heartbeat(self.worker_id, held)
+            self._answered_at = sent_at
+            # The reporter has set the signal of each job the database said was lost or
+            # cancelled: those leases were not extended.
+            live = (c for c in held if not c.is_cancelled)
+            self._leases.granted(((c.job_id, c.queue_id) for c in live), sent_at)
             await self._resolve_queues()
             health_file.touch()
         except TRANSIENT as exc:
-            log.warning("heartbeat failed (%s)", type(exc).__name__)
-            return False
+            self._outage.failed("heartbeat", exc)
+            return exc
         except CodityError as exc:  # CD005: someone deregistered this worker
             log.error("heartbeat refused: %s (%s)", exc.message, exc.sqlstate)
-        return True
+        return None
+
+    # -- fencing -----------------------------------------------------------------
+
+    async def _fence_loop(self) -> None:
+        """Stop every handler whose lease may run out before a heartbeat could extend it:
+        the worker is cut off from the database, or the database does not answer in time.
+        Runs on the worker's own clock, since no call can be relied on then."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_FENCE_TICK_S)
+            next_stop = self._leases.next_stop()
+            if next_stop is not None and next_stop <= loop.time():
+                self._fence(loop.time())
+
+    def _fence(self, now: float) -> None:
+        stopped = given_back = 0
+        for entry in list(self._running.values()):
+            ctx = entry.ctx
+            if self._leases.stop_by(ctx.job_id) > now:
+                continue
+            self._leases.forget(ctx.job_id)
+            ctx.cancelled.set()
+            task = self.registry.get(ctx.task)
+            if task is not None and task.is_async:
+                entry.task.cancel()
+            # A thread cannot be stopped: it was told, its result will be dropped, and its
+            # slot stays taken until it returns.
+            self._reporter.release(ctx)
+            stopped += 1
+        keep: collections.deque[_Waiting] = collections.deque()
+        for waiting in self._waiting:
+            if self._leases.stop_by(waiting.ctx.job_id) > now:
+                keep.append(waiting)
+            else:
+                self._give_back(waiting.ctx, quiet=True)
+                given_back += 1
+        self._waiting = keep
+        if stopped or given_back:
+            since = "no heartbeat answered yet"
+            if self._answered_at is not None:
+                since = f"no heartbeat answered for {now - self._answered_at:.1f}s"
+            log.warning(
+                "%s: stopped %d handler(s) and put aside %d held job(s) whose leases may run"
+                " out; they are given back once the database answers",
+                since,
+                stopped,
+                given_back,
+            )
+
+    def _give_back(self, ctx: JobContext, *, quiet: bool = False) -> None:
+        """A held job not begun in time: released (attempt not charged) once the database
+        answers, or requeued by the reaper if its lease ran out meanwhile."""
+        if not quiet:
+            ctx.logger.warning("its lease may have run out before it began: not run")
+        self._leases.forget(ctx.job_id)
+        ctx.cancelled.set()
+        self._reporter.release(ctx)
 
     # -- draining --------------------------------------------------------------
 
@@ -468,13 +601,29 @@ class Worker:
 
     # -- database ----------------------------------------------------------------
 
+    def _call_deadline(self) -> float:
+        """How long one database call may go unanswered: half the shortest lease served,
+        from 1 s to 10 s, so that a call stuck on a dead connection is given up and sent
+        again, on another, while the leases it would extend still hold."""
+        lease_s = self._leases.shortest()
+        if lease_s is None:
+            return _MAX_CALL_S
+        return min(_MAX_CALL_S, max(1.0, lease_s / 2))
+
     async def _call(self, query: str, params: list[Any]) -> list[dict[str, Any]]:
         assert self._pool is not None
+        deadline = self._call_deadline()
         try:
-            async with self._pool.connection() as conn, closed_if_read_only(conn):
+            async with (
+                self._pool.connection(timeout=deadline) as conn,
+                closed_if_read_only(conn),
+                answered_within(conn, deadline),
+            ):
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(query, params)
-                return await cur.fetchall()
+                rows = await cur.fetchall()
+            self._outage.answered()
+            return rows
         except psycopg.Error as exc:
             translated = translate(exc)
             if translated is not None:
@@ -483,11 +632,18 @@ class Worker:
 
     async def _call_typed(self, query: str, params: dict[str, Any]) -> list[ClaimedJob]:
         assert self._pool is not None
+        deadline = self._call_deadline()
         try:
-            async with self._pool.connection() as conn, closed_if_read_only(conn):
+            async with (
+                self._pool.connection(timeout=deadline) as conn,
+                closed_if_read_only(conn),
+                answered_within(conn, deadline),
+            ):
                 cur = conn.cursor(row_factory=args_row(ClaimedJob))
                 await cur.execute(query, params)
-                return await cur.fetchall()
+                jobs = await cur.fetchall()
+            self._outage.answered()
+            return jobs
         except psycopg.Error as exc:
             translated = translate(exc)
             if translated is not None:
@@ -500,8 +656,9 @@ class Worker:
             try:
                 return await call()
             except TRANSIENT as exc:
-                log.warning("database unavailable (%s); retrying", type(exc).__name__)
-                await backoff.wait(server=self._server, stop=stop)
+                self._outage.failed("registering", exc)
+                if not already_waited(exc):
+                    await backoff.wait(server=self._server, stop=stop)
         return None
 
 

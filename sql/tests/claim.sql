@@ -257,3 +257,59 @@ BEGIN
            'without p_start the job waits for codity.start';
 END;
 $$;
+
+-- A claim whose answer was lost: release_lost_claims_in_queue gives back, attempt not
+-- charged, every job of the queue the worker holds but did not list; the listed job, the
+-- worker's jobs of another queue and another worker's jobs stay as they are.
+DO $$
+DECLARE
+    t0 timestamptz := '2030-01-01 12:00:00+00';
+    v_queue bigint;
+    v_other_queue bigint;
+    v_worker bigint;
+    v_peer bigint;
+    v_mine bigint[];
+    v_peers bigint;
+    v_elsewhere bigint;
+    v_released bigint[];
+    v_before jsonb;
+    v_msg text;
+BEGIN
+    v_queue := (SELECT queue_id FROM codity.create_queue('claim-lost'));
+    v_other_queue := (SELECT queue_id FROM codity.create_queue('claim-lost-other'));
+    v_worker := codity.register_worker('w-lost', ARRAY['claim-lost', 'claim-lost-other'], p_now => t0);
+    v_peer := codity.register_worker('w-lost-peer', ARRAY['claim-lost'], p_now => t0);
+    PERFORM codity.enqueue('claim-lost', 'job', p_now => t0) FROM generate_series(1, 4);
+    PERFORM codity.enqueue('claim-lost-other', 'job', p_now => t0);
+    SELECT array_agg(c.job_id ORDER BY c.job_id) INTO v_mine
+    FROM codity.claim_in_queue(v_queue, v_worker, 3, p_start => true, p_now => t0) AS c;
+    v_peers := (SELECT c.job_id FROM codity.claim_in_queue(v_queue, v_peer, 1, p_now => t0) AS c);
+    v_elsewhere := (SELECT c.job_id FROM codity.claim_in_queue(v_other_queue, v_worker, 1, p_now => t0) AS c);
+
+    -- The worker knows of its first job only: the answer that carried the other two was lost.
+    SELECT array_agg(r.job_id ORDER BY r.job_id) INTO v_released
+    FROM codity.release_lost_claims_in_queue(v_queue, v_worker, ARRAY[v_mine[1]], t0 + interval '1 second') AS r;
+    ASSERT v_released = v_mine[2:3], format('released %s, expected %s', v_released, v_mine[2:3]);
+    ASSERT (SELECT bool_and(j.status = 'queued' AND j.attempt = 0)
+            FROM codity.jobs j WHERE j.id = ANY (v_released)), 'back in the queue, attempt not charged';
+    ASSERT (SELECT bool_and(x.status = 'released' AND x.attempt_refunded)
+            FROM codity.job_executions x WHERE x.job_id = ANY (v_released)), 'their executions are released, refunded';
+    ASSERT (SELECT j.status FROM codity.jobs j WHERE j.id = v_mine[1]) = 'running', 'the job it knows of runs on';
+    ASSERT (SELECT j.worker_id FROM codity.jobs j WHERE j.id = v_peers) = v_peer, 'another worker''s job is not touched';
+    ASSERT (SELECT j.status FROM codity.jobs j WHERE j.id = v_elsewhere) = 'claimed', 'nor its job of another queue';
+    -- Nothing left to give back: a repeat (its answer lost too) releases nothing.
+    ASSERT NOT EXISTS (SELECT 1 FROM codity.release_lost_claims_in_queue(v_queue, v_worker, ARRAY[v_mine[1]], t0 + interval '2 seconds')),
+           'a repeat releases nothing';
+
+    -- No list is an error, and changes nothing.
+    v_before := pg_temp.codity_state();
+    BEGIN
+        PERFORM codity.release_lost_claims_in_queue(v_queue, v_worker, NULL);
+        RAISE EXCEPTION 'expected CD010';
+    EXCEPTION WHEN SQLSTATE 'CD010' THEN
+        GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
+        ASSERT v_msg = 'p_known_job_ids must be an array (empty when the worker holds none)', v_msg;
+    END;
+    ASSERT pg_temp.codity_state() = v_before, 'nothing changed';
+END;
+$$;
