@@ -36,6 +36,7 @@ def test_a_quiet_database_raises_no_alarm(conn: psycopg.Connection) -> None:
         "oldest_transaction_seconds", "idle_in_transaction_sessions",
         "prepared_transaction_oldest_seconds", "notify_queue_usage_ratio", "jobs_dead_tuples",
         "claim_index_bytes_per_entry", "replication_slot_retained_bytes",
+        "synchronous_standbys", "seconds_since_primary_changed", "workers_silent",
     }  # fmt: skip
     assert [name for name, (_, alarm, _) in checks.items() if alarm] == []
 
@@ -181,6 +182,55 @@ def test_a_replication_slot_that_holds_wal_is_found(conn: psycopg.Connection, sl
     assert retained > 1_000_000 and alarm
     assert detail == f"slot {slot}, inactive"
     assert not _checks(conn)["replication_slot_retained_bytes"][1]  # under the default 1 GiB
+
+
+def test_a_slot_no_standby_streams_from_means_the_primary_runs_alone(
+    conn: psycopg.Connection, slot: str
+) -> None:
+    """What pg_auto_failover leaves when the standby is lost and the monitor has dropped
+    to asynchronous: the standby's slot, and nobody on it. (A synchronous_standby_names
+    with nobody connected, the other half of the check, would block every commit of the
+    suite's shared server: tests/test_failover_*.py cause it on a real pair.)"""
+    count, alarm, detail = _checks(conn)["synchronous_standbys"]
+    assert (count, alarm) == (0, True)
+    assert detail == f"no standby streams from slot {slot}: the primary runs alone"
+
+
+def test_workers_silent_for_two_heartbeats_are_counted_until_they_beat(
+    conn: psycopg.Connection,
+) -> None:
+    create_queue(conn, "work")
+    worker = one(
+        conn, "SELECT codity.register_worker('quiet', ARRAY['work'], p_heartbeat_seconds => 1)"
+    )
+    assert _checks(conn)["workers_silent"][:2] == (0, False)
+    # Its last beat 2.5 s ago, at a promised 1 s: reconnecting, or about to be swept.
+    conn.execute(
+        "UPDATE codity.workers SET last_heartbeat_at = clock_timestamp() - interval '2.5 s'"
+        " WHERE id = %s",
+        [worker],
+    )
+    assert _checks(conn)["workers_silent"][:2] == (1, True)
+    conn.execute("SELECT * FROM codity.heartbeat(%s)", [worker])
+    assert _checks(conn)["workers_silent"][:2] == (0, False)
+
+
+def test_a_primary_that_never_changed_says_so_and_the_check_is_hidden_without_pg_monitor(
+    conn: psycopg.Connection,
+) -> None:
+    """A promotion is caused for real in tests/test_failover_rig.py (marker failover)."""
+    assert _checks(conn)["seconds_since_primary_changed"] == (
+        -1,
+        False,
+        "timeline 1: never changed",
+    )
+    conn.execute("SET ROLE codity_readonly")
+    try:
+        value, alarm, detail = _checks(conn)["seconds_since_primary_changed"]
+    finally:
+        conn.execute("RESET ROLE")
+    assert (value, alarm) == (-1, False)
+    assert detail == "hidden: grant pg_monitor to see when the primary changed"
 
 
 def test_thresholds_out_of_range_are_refused(conn: psycopg.Connection) -> None:

@@ -26,12 +26,25 @@
 -- - replication_slot_retained_bytes: the WAL the most demanding replication slot keeps on
 --   disk; an abandoned slot keeps it forever and fills the disk. Its xmin holds the horizon
 --   too (shown in the detail).
+-- - synchronous_standbys: standbys streaming as synchronous (pg_stat_replication). Passed
+--   when synchronous_standby_names asks for one and none is connected: every commit waits,
+--   until one is back or the setting is cleared (pg_auto_failover clears it when its
+--   monitor sees the standby gone); and when the setting is empty while a physical
+--   replication slot has no standby streaming from it: the primary runs alone, and losing
+--   it now loses the commits since.
+-- - seconds_since_primary_changed: how long ago this server began its current timeline
+--   (the newest timeline history file in pg_wal, written when a standby is promoted: a
+--   failover, a switchover, a point-in-time restore); -1 when it never changed. Passed for
+--   an hour after a change, so that operators see that one happened.
+-- - workers_silent: active workers whose last heartbeat is older than twice the interval
+--   they promised: reconnecting after an outage, or about to be declared dead.
 --
 -- Reads the statistics views only, with the caller's rights (SECURITY INVOKER): PostgreSQL
 -- shows another role's transaction start, xmin and state only to a member of
 -- pg_read_all_stats (or pg_monitor), so grant that to the login the web app and the
 -- monitoring use (docs/RUNBOOK.md, "Health alarms"); without it the transaction checks see
--- that login's own sessions only. codity_owner stays a member of no role, so no definer
+-- that login's own sessions only, and the standby and timeline checks say they cannot see
+-- (pg_ls_waldir needs pg_monitor). codity_owner stays a member of no role, so no definer
 -- function can read other sessions' queries. No query text, user or address is shown.
 -- Callers: GET /api/v1/metrics, codity status, the dashboard's overview, operators.
 
@@ -58,6 +71,12 @@ DECLARE
     v_index_bytes double precision;
     v_index_entries double precision;
     v_slot record;
+    v_sync integer;
+    v_hidden integer;
+    v_wanted text := pg_catalog.current_setting('synchronous_standby_names');
+    v_lone_slot text;
+    v_timeline record;
+    v_silent integer;
 BEGIN
     IF p_transaction_seconds IS NULL OR p_transaction_seconds <= 0
        OR p_notify_usage IS NULL OR p_notify_usage NOT BETWEEN 0 AND 1
@@ -160,6 +179,64 @@ BEGIN
                                           CASE WHEN v_slot.xmin IS NOT NULL OR v_slot.catalog_xmin IS NOT NULL
                                                THEN ', holding the xmin horizon' ELSE '' END) END;
     RETURN NEXT;
+
+    SELECT count(*) FILTER (WHERE r.sync_state IN ('sync', 'quorum')),
+           count(*) FILTER (WHERE r.sync_state IS NULL)
+    INTO v_sync, v_hidden
+    FROM pg_catalog.pg_stat_replication r;
+    SELECT r.slot_name INTO v_lone_slot
+    FROM pg_catalog.pg_replication_slots r
+    WHERE r.slot_type = 'physical' AND NOT r.active
+    ORDER BY r.slot_name
+    LIMIT 1;
+    check_name := 'synchronous_standbys';
+    value := v_sync;
+    threshold := 1;
+    alarm := v_hidden = 0 AND v_sync = 0 AND (v_wanted <> '' OR v_lone_slot IS NOT NULL);
+    detail := CASE
+        WHEN v_hidden > 0 THEN 'hidden: grant pg_read_all_stats to see the standbys'
+        WHEN alarm AND v_wanted <> '' THEN pg_catalog.format(
+            'synchronous_standby_names is %L and no synchronous standby is connected: commits wait', v_wanted)
+        WHEN alarm THEN pg_catalog.format(
+            'no standby streams from slot %s: the primary runs alone', v_lone_slot)
+        WHEN v_wanted = '' AND v_sync = 0 THEN 'no synchronous standby asked for'
+        ELSE pg_catalog.format('%s synchronous standby(s) streaming', v_sync) END;
+    RETURN NEXT;
+
+    BEGIN
+        SELECT pg_catalog.substr(w.name, 1, 8) AS timeline,
+               extract(epoch FROM pg_catalog.clock_timestamp() - w.modification)::float8 AS seconds
+        INTO v_timeline
+        FROM pg_catalog.pg_ls_waldir() AS w
+        WHERE w.name ~ '^[0-9A-F]{8}\.history$'
+        ORDER BY w.name DESC
+        LIMIT 1;
+        check_name := 'seconds_since_primary_changed';
+        value := coalesce(v_timeline.seconds, -1);
+        detail := CASE WHEN v_timeline.timeline IS NULL THEN 'timeline 1: never changed'
+                       ELSE pg_catalog.format('timeline %s began %s s ago (a failover, a switchover or a restore)',
+                                              ('x' || v_timeline.timeline)::bit(32)::integer,
+                                              round(v_timeline.seconds::numeric)) END;
+    EXCEPTION WHEN insufficient_privilege THEN
+        check_name := 'seconds_since_primary_changed';
+        value := -1;
+        detail := 'hidden: grant pg_monitor to see when the primary changed';
+    END;
+    threshold := 3600;
+    alarm := value >= 0 AND value < threshold;
+    RETURN NEXT;
+
+    SELECT count(*) INTO v_silent
+    FROM codity.workers w
+    WHERE w.status = 'active'
+      AND w.last_heartbeat_at < pg_catalog.clock_timestamp()
+                                - pg_catalog.make_interval(secs => 2 * w.heartbeat_seconds::float8);
+    check_name := 'workers_silent';
+    value := v_silent;
+    threshold := 0;
+    alarm := v_silent > 0;
+    detail := 'active workers not heard from for twice their heartbeat: reconnecting, or about to be declared dead';
+    RETURN NEXT;
 END;
 $$;
 
@@ -171,7 +248,10 @@ prepared transaction holds back vacuum: dead jobs pile up; p_transaction_seconds
 idle_in_transaction_sessions (idle in a transaction for over a tenth of that),
 notify_queue_usage_ratio (p_notify_usage, 0.5; when full, enqueues fail at commit),
 jobs_dead_tuples (vacuum not keeping up), claim_index_bytes_per_entry (a bloated claim
-index), replication_slot_retained_bytes (p_slot_bytes, 1 GiB). docs/RUNBOOK.md says what to
+index), replication_slot_retained_bytes (p_slot_bytes, 1 GiB), synchronous_standbys
+(commits waiting for a standby that is gone, or a primary running alone beside an unused
+slot), seconds_since_primary_changed (-1: never; an alarm for an hour after a failover),
+workers_silent (reconnecting, or about to be declared dead). docs/RUNBOOK.md says what to
 do about each. Raises CD010 (a threshold out of range).
 Example: SELECT * FROM codity.health() WHERE alarm;';
 

@@ -151,6 +151,9 @@ HEALTH_HELP = {
     "jobs_dead_tuples": "Dead row versions in codity.jobs not yet vacuumed",
     "claim_index_bytes_per_entry": "Size of the claim index over its entries (bloat)",
     "replication_slot_retained_bytes": "WAL kept on disk by the most demanding slot",
+    "synchronous_standbys": "Synchronous standbys streaming (0 with one asked for: commits wait)",
+    "seconds_since_primary_changed": "Seconds since the primary began its timeline; -1: never",
+    "workers_silent": "Active workers not heard from for twice their heartbeat (reconnecting)",
 }
 
 _FENCE_REJECTIONS = """
