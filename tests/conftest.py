@@ -72,16 +72,27 @@ def _with_database(url: str, name: str) -> str:
     return urlunsplit(("postgresql", parts.netloc, f"/{name}", parts.query, ""))
 
 
+# Markers whose tests run only when the -m expression names them (pyproject.toml).
+_ONLY_WHEN_NAMED = ("docker", "failover")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``docker`` run only when the ``-m`` expression names them (``./test -m
-    docker``): they need root and a Docker engine and take minutes, so ``-m ""`` (everything)
-    and the fault commands' ``-m "" -k ...`` leave them out (deselected, never skipped)."""
-    if "docker" in (config.getoption("markexpr") or ""):
+    """Tests marked ``docker`` or ``failover`` run only when the ``-m`` expression names
+    their marker (``./test -m docker``, ``./test -m failover``): they need root, set up
+    system packages and take minutes, so ``-m ""`` (everything) and the fault commands'
+    ``-m "" -k ...`` leave them out (deselected, never skipped)."""
+    expression = config.getoption("markexpr") or ""
+    unnamed = [marker for marker in _ONLY_WHEN_NAMED if marker not in expression]
+    if not unnamed:
         return
-    left_out = [item for item in items if item.get_closest_marker("docker") is not None]
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if item.get_closest_marker("docker") is None]
+
+    def left_out(item: pytest.Item) -> bool:
+        return any(item.get_closest_marker(marker) is not None for marker in unnamed)
+
+    dropped = [item for item in items if left_out(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not left_out(item)]
 
 
 @pytest.fixture(scope="session")

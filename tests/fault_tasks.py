@@ -14,7 +14,8 @@ Tasks:
   (default: every fence), wait until the job's cancel signal is set (``told``), the gate
   ``payload["gate"]`` opens (``gate``; ``{fence}`` in its name is replaced by the fence, so
   each execution can have a gate of its own) or ``payload["timeout_s"]`` passes
-  (``timeout``), and record which. Returns the pid and fence.
+  (``timeout``), and record which; a handler the worker cancels with its signal set (its
+  lease fence) records ``told`` too. Returns the pid and fence.
 - ``fault.suicide``: record ``started``, then SIGKILL its own worker process.
 """
 
@@ -111,7 +112,14 @@ async def hold(payload: dict[str, Any], ctx: JobContext) -> dict[str, int]:
         gate = payload.get("gate")
         if gate is not None:
             gate = str(gate).replace("{fence}", str(ctx.fence))
-        how = await _wait_told(ctx, gate, float(payload.get("timeout_s", 120)))
+        try:
+            how = await _wait_told(ctx, gate, float(payload.get("timeout_s", 120)))
+        except asyncio.CancelledError:
+            # The worker stopped the handler itself: its lease may have run out while it
+            # could not heartbeat (frozen, cut off; docs/DESIGN_DECISIONS.md 64). Told too.
+            if ctx.is_cancelled:
+                await _record(ctx, "told")
+            raise
         await _record(ctx, how)
     return {"pid": os.getpid(), "fence": ctx.fence}
 

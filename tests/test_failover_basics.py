@@ -25,10 +25,12 @@ from codity.db import migrate
 from codity.db.conninfo import conninfo, hosts
 from codity.scheduler import run_scheduler
 from codity.status import collect_status
+from codity.web.access import Role
 from codity.worker import JobContext, Registry, Worker, WorkerConfig
+from tests.dashboard import sign_in
 from tests.ports import free_port
 from tests.sqlapi import create_queue, one, row
-from tests.webapp import web_client
+from tests.webapp import add_user, make_tenant, web_client
 
 
 def _two_hosts(db_url: str) -> str:
@@ -292,3 +294,31 @@ def test_back_from_an_outage_the_scheduler_lets_live_workers_heartbeat_before_re
     workers = "SELECT status::text FROM codity.workers WHERE id = %s"
     assert one(conn, workers, [held["alive"][0]]) == "active"
     assert one(conn, workers, [held["gone"][0]]) == "dead"
+
+
+def test_the_dashboard_answers_503_not_500_when_its_sessions_were_killed_and_recovers_at_once(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """From outside, after every fault of a pg_auto_failover pair: the dashboard answered
+    500 once (``AdminShutdown`` reading the session cookie, outside the page's error
+    handling), then a 503 per pooled session the failover had killed. Now the first
+    request after the kill answers 503 with ``Retry-After``, the pool tests its other
+    sessions at once (``checked_after_loss``), and the next request is answered. Without
+    the check it took one 503 per pooled session. ``raise_server_exceptions`` is on."""
+    owner = add_user(conn, make_tenant(conn), Role.OWNER)
+    with web_client(db_url) as client:
+        session = sign_in(client, conn, owner)
+        assert session.get("/").status_code == 200
+        killed = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'codity-web' AND datname = current_database()"
+        ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        answers: list[Any] = []
+        deadline = time.monotonic() + 10
+        while not answers or answers[-1].status_code != 200:
+            assert time.monotonic() < deadline, [a.status_code for a in answers]
+            answers.append(session.get("/"))
+        first = answers[0]
+        assert first.status_code == 503 and first.headers["retry-after"] == "5", first.text
+        assert len(answers) <= 2, [a.status_code for a in answers]

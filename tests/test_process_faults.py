@@ -280,8 +280,14 @@ def test_worker_frozen_past_its_lease_is_told_and_cannot_report(
         rejections=rejections,
     )
 
-    # One stale heartbeat (two if a second one beat the handler to its exit).
-    assert set(rejections) == {("heartbeat", frozen_id, 1, 2, "completed")}
+    # One stale heartbeat (two if a second one beat the handler to its exit); and, when the
+    # worker's own lease clock stopped the handler before a heartbeat said it was lost,
+    # its give-back of the job, refused as stale too (DESIGN_DECISIONS 64).
+    assert ("heartbeat", frozen_id, 1, 2, "completed") in set(rejections)
+    assert set(rejections) <= {
+        ("heartbeat", frozen_id, 1, 2, "completed"),
+        ("release", frozen_id, 1, 2, "completed"),
+    }
     assert _executions(probe, job) == [
         (1, 1, frozen_id, "reaped", True),
         (2, 1, other_id, "completed", False),
@@ -302,9 +308,11 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
     """The frozen handler finishes before any heartbeat can tell it: its complete is refused.
 
     Its heartbeat interval is a minute, so the first report after SIGCONT is the
-    completion itself (each execution waits on its own gate, ``open-<fence>``). The new
-    owner is still running the job (only the fence refuses the stale call) or has already
-    completed it (the state refuses it too).
+    completion itself (each execution waits on its own gate, ``open-<fence>``) — or, when
+    the worker's own lease clock wins the race at thaw (DESIGN_DECISIONS 64), the handler
+    is stopped and the job given back, and that release is the stale call. The new owner is
+    still running the job (only the fence refuses the stale call) or has already completed
+    it (the state refuses it too).
     """
     _queue(probe, "freeze")
     [job] = _enqueue(probe, "freeze", [{"task": "fault.hold", "payload": {"gate": "open-{fence}"}}])
@@ -362,8 +370,9 @@ def test_stale_completion_after_sigcont_is_refused_and_recorded(
             assert process.wait(timeout=15) == 0
     _report(f"stale-complete/{owner}", rejections=rejections)
 
-    assert _event(probe, job, 1, "gate") == frozen.pid
-    assert rejections == [("complete", frozen_id, 1, 2, owner)]
+    assert (_event(probe, job, 1, "told") or _event(probe, job, 1, "gate")) == frozen.pid
+    [(call, *refused)] = rejections
+    assert call in ("complete", "release") and refused == [frozen_id, 1, 2, owner], rejections
     assert _executions(probe, job) == [
         (1, 1, frozen_id, "reaped", True),
         (2, 1, other_id, "completed", False),

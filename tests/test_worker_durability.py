@@ -11,6 +11,8 @@ statement's effect shows in SHOW.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from codity.worker.claim import CLAIM_AND_START
@@ -50,3 +52,54 @@ def test_the_claim_waits_for_its_wal_and_the_completion_batch_does_not(
     conn.commit()
     assert _setting(conn) == "on", "only the completion's own transaction is relaxed"
     assert conn.execute("SELECT status::text FROM codity.jobs").fetchall() == [("completed",)]
+
+
+def test_with_a_synchronous_standby_asked_for_the_completion_batch_waits_like_any_commit(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """A failover pair (synchronous_standby_names set) loses no acknowledged completion:
+    the batch keeps the session's synchronous_commit (issue 25: without this, a kill -9 of
+    a pg_auto_failover primary lost 10-50 acknowledged completions, and their jobs ran
+    again). The setting is the server's, so the batch runs in a transaction that is rolled
+    back, and the setting is taken back before anything else commits: no commit waits for
+    a standby that does not exist."""
+    create_queue(conn, "work")
+    conn.execute("SELECT codity.enqueue('work', 'noop')")
+    worker = conn.execute("SELECT codity.register_worker('w', ARRAY['work'])").fetchall()[0][0]
+    queue_id = conn.execute("SELECT queue_id FROM codity.worker_queues(%s)", [worker]).fetchall()[
+        0
+    ][0]
+    rows = conn.execute(
+        CLAIM_AND_START, {"worker": worker, "queue_id": queue_id, "limit": 1, "suspects": True}
+    ).fetchall()
+    job_id, fence = rows[0][0], rows[0][1]
+
+    def standby_names(value: str) -> None:
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            if value:
+                admin.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{value}'")
+            else:
+                admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            admin.execute("SELECT pg_reload_conf()")
+        for _ in range(100):  # the reload reaches this session at its next statement
+            shown = conn.execute("SHOW synchronous_standby_names").fetchall()[0][0]
+            if shown == value:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"synchronous_standby_names is still {shown!r}")
+
+    conn.autocommit = False
+    conn.execute("SET synchronous_commit = on")
+    conn.commit()
+    standby_names("codity_test_standby")
+    try:
+        outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None]]).fetchall()
+        assert [row[2] for row in outcomes] == ["applied"]
+        assert _setting(conn) == "on", "with a synchronous standby, the batch must wait for it"
+        conn.rollback()
+    finally:
+        conn.rollback()
+        standby_names("")
+    outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None]]).fetchall()
+    assert _setting(conn) == "off", "without one, the batch is relaxed again"
+    conn.commit()

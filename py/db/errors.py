@@ -16,12 +16,13 @@ docs/SQL_API.md). Python branches on the code, never on message text::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 __all__ = [
     "SQLSTATES",
@@ -33,6 +34,7 @@ __all__ = [
     "NotFound",
     "NotPermitted",
     "WorkerNotActive",
+    "checked_after_loss",
     "closed_if_read_only",
     "translate",
 ]
@@ -60,6 +62,33 @@ async def closed_if_read_only(conn: psycopg.AsyncConnection[Any]) -> AsyncIterat
     except psycopg.errors.ReadOnlySqlTransaction:
         await conn.close()
         raise
+
+
+_CHECKS: dict[int, asyncio.Task[None]] = {}  # by id(pool): the check running for it
+
+
+@contextlib.asynccontextmanager
+async def checked_after_loss(pool: AsyncConnectionPool[Any]) -> AsyncIterator[None]:
+    """On a lost connection (57P01-03, a reset, a failover), has the pool test every idle
+    session in the background (psycopg_pool's ``check``), once at a time per pool: the
+    failover that killed this session killed the others too, and each would otherwise
+    fail one request of its own before the pool learnt of it (from outside: the dashboard
+    answered 500, then 503, after every fault). The error goes on to the caller."""
+    try:
+        yield
+    except psycopg.OperationalError:
+        running = _CHECKS.get(id(pool))
+        if running is None or running.done():
+            task = asyncio.get_running_loop().create_task(pool.check())
+            task.add_done_callback(_retrieved)
+            _CHECKS[id(pool)] = task
+        raise
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A check that failed (the pool closed meanwhile) has nothing to report."""
+    if not task.cancelled():
+        task.exception()
 
 
 class CodityError(Exception):

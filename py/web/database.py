@@ -33,7 +33,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from codity.db.conninfo import POOL_RECONNECT_S, conninfo
-from codity.db.errors import closed_if_read_only
+from codity.db.errors import checked_after_loss, closed_if_read_only
 
 __all__ = ["open_pool", "set_tenant", "set_user", "transaction"]
 
@@ -84,7 +84,12 @@ async def transaction(
 ) -> AsyncIterator[AsyncConnection[Any]]:
     """One transaction as codity_app, acting for ``user_id`` (or no one) and no tenant yet,
     or the tenant given: only a request the guard has already let in names one."""
-    async with pool.connection() as conn, closed_if_read_only(conn), conn.transaction():
+    async with (
+        pool.connection() as conn,
+        checked_after_loss(pool),
+        closed_if_read_only(conn),
+        conn.transaction(),
+    ):
         tenant = _settings(user_id=user_id, org_id=org_id, project_id=project_id)
         await _apply(conn, _ROLE, *tenant)
         yield conn

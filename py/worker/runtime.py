@@ -521,18 +521,24 @@ class Worker:
             if self._leases.stop_by(ctx.job_id) > now:
                 continue
             self._leases.forget(ctx.job_id)
+            # Already told by a heartbeat (lost, or cancelled by an operator): nothing of
+            # this worker's is left to give back.
+            known_lost = ctx.is_cancelled
             ctx.cancelled.set()
             task = self.registry.get(ctx.task)
             if task is not None and task.is_async:
                 entry.task.cancel()
             # A thread cannot be stopped: it was told, its result will be dropped, and its
             # slot stays taken until it returns.
-            self._reporter.release(ctx)
+            if not known_lost:
+                self._reporter.release(ctx)
             stopped += 1
         keep: collections.deque[_Waiting] = collections.deque()
         for waiting in self._waiting:
             if self._leases.stop_by(waiting.ctx.job_id) > now:
                 keep.append(waiting)
+            elif waiting.ctx.is_cancelled:
+                self._leases.forget(waiting.ctx.job_id)
             else:
                 self._give_back(waiting.ctx, quiet=True)
                 given_back += 1

@@ -18,7 +18,8 @@
 -- p_durable => false commits the batch without waiting for its WAL to reach disk
 -- (synchronous_commit off for the rest of this transaction; docs/DESIGN_DECISIONS.md 44):
 -- the Python worker's completions, which the reaper makes good after a server crash (one
--- re-run, fenced). The setting is made in the body, not by the caller, so that on a Citus
+-- re-run, fenced). Ignored while synchronous_standby_names is set: a failover pair's
+-- completions wait for the standby like any commit (docs/DESIGN_DECISIONS.md 67). The setting is made in the body, not by the caller, so that on a Citus
 -- cluster it applies where the body runs and commits, on the node that holds the queue
 -- (a caller's set_config stays on the coordinator, and a second item in the call's FROM
 -- stops Citus from sending the call there whole; docs/DESIGN_DECISIONS.md 61).
@@ -60,7 +61,11 @@ BEGIN
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
     PERFORM codity._check_results(p_job_ids, p_results);
     PERFORM codity._check_transition('running', 'completed');
-    IF NOT coalesce(p_durable, true) THEN
+    -- Not with a synchronous standby asked for: whoever set one wants every commit that was
+    -- acknowledged to survive the primary's loss, and one not yet on the standby does not
+    -- (issue 25: 10-50 completions per kill -9 of a pg_auto_failover primary).
+    IF NOT coalesce(p_durable, true)
+       AND pg_catalog.current_setting('synchronous_standby_names') = '' THEN
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
 
@@ -112,7 +117,8 @@ within the batch: nothing changed); or stale (accepted = false, nothing changed,
 recorded). A job that is held with a current fence but not running raises CD020. Raises
 CD003 (no such job in this queue), CD010 (arrays of different lengths or with NULLs), CD011 (a result
 over 64 KB). p_durable => false commits without waiting for the WAL flush
-(synchronous_commit off for the rest of the transaction): a completion lost to a server
+(synchronous_commit off for the rest of the transaction; not while synchronous_standby_names
+is set, so a failover loses none): a completion lost to a server
 crash leaves its job running under this fence, and the reaper requeues it.
 Example: SELECT * FROM codity.complete_many_in_queue(3, ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
 

@@ -180,13 +180,16 @@ async def _form(request: Request) -> dict[str, str]:
 def _error_page(ctx: PageContext, error: ApiError) -> Response:
     if error.status == 401:
         return ctx.redirect("/signin")
-    titles = {403: "Not allowed", 404: "Not found", 422: "Not accepted", 429: "Slow down"}
-    return ctx.render(
+    titles = {403: "Not allowed", 404: "Not found", 422: "Not accepted", 429: "Slow down",
+              503: "Try again shortly"}  # fmt: skip
+    response = ctx.render(
         "error.html",
         status=error.status,
         title=titles.get(error.status, "Something went wrong"),
         message=error.message,
     )
+    response.headers.update(error.headers)  # Retry-After on a 503
+    return response
 
 
 def _return_to(request: Request) -> str:
@@ -205,7 +208,16 @@ def _return_to(request: Request) -> str:
 def _pipeline(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def run(request: Request) -> Response:
         settings: WebSettings = request.app.state.settings
-        session = await load_session(request, request.app.state.pool)
+        try:
+            session = await load_session(request, request.app.state.pool)
+        except psycopg.Error as exc:  # e.g. a session killed by a failover: 503, not 500
+            mapped = from_database_error(exc)
+            if mapped is None:
+                raise
+            ctx = PageContext(request, settings, None, request_id_of(request))
+            response = _error_page(ctx, mapped)
+            response.headers.setdefault("cache-control", "no-store")
+            return response
         ctx = PageContext(request, settings, session, request_id_of(request))
         if page.signed_in and session is None:
             return ctx.redirect(f"/signin?next={quote(_return_to(request), safe='')}")
