@@ -322,6 +322,17 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             except KeyboardInterrupt:
                 print("codity bench: interrupted; the servers it started are gone", file=sys.stderr)
                 return 130
+        if args.fairness:
+            from codity.bench.fairness import run_fairness_command
+
+            if args.against or args.citus or args.workers or args.concurrency:
+                raise UsageError("bench --fairness runs its own scenario: no other option")
+            return run_fairness_command(
+                database_url(settings),
+                bulk=args.jobs or (5_000 if args.quick else 50_000),
+                rate=10.0,
+                write=not args.no_write,
+            )
         if args.against:
             from codity.bench.against_pgqueuer import run_against_command
 
@@ -531,6 +542,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="plain PostgreSQL 18 against a 3-node Citus cluster, both started for the run"
         " (DATABASE_URL unused); docs/PERFORMANCE.md, 'Codity on Citus'",
+    )
+    bench.add_argument(
+        "--fairness",
+        action="store_true",
+        help="a backlog in one queue beside 10 jobs/s into another, two workers serving both"
+        " (issue 26); docs/PERFORMANCE.md, 'Fair share between queues'",
     )
     bench.set_defaults(func=_cmd_bench)
 

@@ -124,7 +124,7 @@ REVIEWED_SECURITY_DEFINER = {
     "boolean)",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer,integer,"
-    "integer,integer,integer,integer)",
+    "integer,integer,integer,integer,integer)",
     "codity.create_schedule(text,text,text,text,jsonb,text,integer,bigint,"
     "timestamp with time zone)",
     "codity.delete_project(bigint)",

@@ -366,3 +366,38 @@ def test_dead_letters_rising_over_the_ten_minutes_before_are_flagged(
     assert queues["dying"]["problems"][0]["text"] == (
         "1 dead-lettered in the last 10 minutes, 0 in the 10 before."
     )
+
+
+def test_a_served_queue_nobody_claims_from_is_flagged_waiting_behind_another(
+    db_url: str, conn: Conn, tenant: Tenant, viewer: User
+) -> None:
+    """Issue 26: claimable jobs, a live worker serving the queue, no pause or limit holding
+    it, and no claim for over a minute: its workers are busy with other queues. Not when
+    the jobs are new, when a claim was made lately, or when its own max_running holds it."""
+    for name in ("starved", "fresh", "recent", "limited"):
+        queue(conn, tenant, name)
+    create_queue(conn, "limited", project_id=tenant.project_id, max_running=1)
+    worker = live_worker(conn, tenant, [])
+    long_ago = one(conn, "SELECT now() - interval '3 minutes'")
+    lately = one(conn, "SELECT now() - interval '10 seconds'")
+    for name in ("starved", "recent", "limited"):
+        for _ in range(3):
+            conn.execute(
+                "SELECT codity.enqueue(%s, 't', p_project_id => %s, p_now => %s)",
+                [name, tenant.project_id, long_ago],
+            )
+    enqueue(conn, tenant, "fresh", 3)
+    for name, at in (("recent", lately), ("limited", long_ago)):
+        conn.execute("SELECT * FROM codity.claim(%s, %s, 1, p_now => %s)", [worker, name, at])
+    with web_client(db_url) as client:
+        queues = overview(client, viewer)
+    codes = _codes(queues)
+    assert codes == {
+        "starved": ["waiting_behind_another_queue"],
+        "fresh": [],
+        "recent": [],
+        "limited": [],
+    }, codes
+    assert queues["starved"]["problems"][0]["text"].startswith(
+        "3 claimable and 1 live worker(s) serve this queue, yet nothing was claimed"
+    )

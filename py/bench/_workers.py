@@ -52,14 +52,15 @@ class BenchError(RuntimeError):
 
 
 class WorkerProcesses:
-    """``count`` worker processes on one queue, stopped with SIGTERM on exit."""
+    """``count`` worker processes on one queue (or several, in the order given), stopped
+    with SIGTERM on exit."""
 
     def __init__(
         self,
         url: str,
         *,
         app: str,
-        queue: str,
+        queue: str | tuple[str, ...],
         concurrency: int,
         count: int,
         listen: bool,
@@ -71,8 +72,10 @@ class WorkerProcesses:
         self.env = os.environ | (env or {}) | {"DATABASE_URL": url}
         self.names = [f"bench-{label}-{n}" for n in range(count)]
         self.listen = listen
+        queues = (queue,) if isinstance(queue, str) else queue
         self._command = [
-            *codity_command(), "worker", "--app", app, "--queue", queue,
+            *codity_command(), "worker", "--app", app,
+            *(arg for q in queues for arg in ("--queue", q)),
             "--concurrency", str(concurrency), *([] if listen else ["--no-listen"]),
         ]  # fmt: skip
         self._logs = [log_dir / f"{name}.log" for name in self.names]

@@ -67,6 +67,7 @@ from codity.outage import Outage
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
 from codity.worker.empty_queues import EmptyQueues
+from codity.worker.fair_share import in_turn, shares
 from codity.worker.leases import Leases, margin
 from codity.worker.limits import Limits
 from codity.worker.listener import Listener
@@ -157,6 +158,8 @@ class Worker:
         # Marks hold while notifications can undo them: not at all without the listener.
         self._empty = EmptyQueues(config.poll_s if config.listen else 0.0)
         self._leases = Leases()
+        self._turn = 0  # claim rounds so far: where the next one starts (fair_share.in_turn)
+        self._weights: dict[str, float] = {}  # by queue name (queues.weight); 1 until read
         # Queues where a claim failed on a lost connection: it may have committed, and its
         # jobs are given back before the next claim there (codity.release_lost_claims_in_queue).
         self._lost_claims: set[int] = set()
@@ -231,13 +234,15 @@ class Worker:
     async def _resolve_queues(self) -> dict[str, int]:
         """The ids of the queues this worker serves: the calls that write job rows take the
         queue's id (DESIGN.md, "Room to scale out", rule 1). Their limits come with them,
-        and are read again with every heartbeat, so a limit set later is followed."""
+        weights and leases, and are read again with every heartbeat, so a limit set later
+        is followed."""
         rows = await self._call(
             "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds,"
-            " lease_seconds FROM codity.worker_queues(%s)",
+            " lease_seconds, weight FROM codity.worker_queues(%s)",
             [self.worker_id],
         )
         self._limits = {row["queue"]: Limits.of(row) for row in rows}
+        self._weights = {row["queue"]: float(row["weight"]) for row in rows}
         self._leases.lease_seconds({int(r["queue_id"]): r["lease_seconds"] for r in rows})
         return {row["queue"]: int(row["queue_id"]) for row in rows}
 
@@ -330,11 +335,35 @@ class Worker:
         return [r.ctx for r in self._running.values()] + [w.ctx for w in self._waiting]
 
     async def _claim_once(self) -> int:
+        """One claim round: the free room shared among the queues that may have work, in
+        proportion to their weights, starting one queue further along each round
+        (codity.worker.fair_share); what a queue leaves goes to those that filled their
+        share. One queue per call: see codity.claim."""
+        room = self._room()
+        if room <= 0 or (self._busy() and room < self._low_water):
+            return 0
+        self._turn += 1
+        suspects = not self._busy() and not self._reporter.unsent()
+        asking = [
+            queue
+            for queue in in_turn(self.config.queues, self._turn)
+            if not self._empty.skip(self._queue_ids[queue], suspects=suspects)
+        ]
         claimed = 0
-        for queue in self.config.queues:  # one queue per call: see codity.claim
+        filled: list[str] = []
+        weights = [self._weights.get(queue, 1.0) for queue in asking]
+        for queue, share in zip(asking, shares(room, weights), strict=True):
+            want = min(share, self._room(), MAX_CLAIM)
+            if want <= 0:
+                continue
+            got = await self._claim_and_start(queue, want)
+            claimed += got
+            if got == want:
+                filled.append(queue)
+        for queue in filled:
             room = self._room()
-            if room <= 0 or (self._busy() and room < self._low_water):
-                break
+            if room <= 0 or room < self._low_water:
+                break  # too little for a claim of its own: the next round takes it
             claimed += await self._claim_and_start(queue, min(room, MAX_CLAIM))
         return claimed
 

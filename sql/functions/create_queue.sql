@@ -24,7 +24,8 @@ CREATE OR REPLACE FUNCTION codity.create_queue(
     p_keep_dead_letters_seconds integer DEFAULT NULL,
     p_max_running integer DEFAULT NULL,
     p_rate_limit integer DEFAULT NULL,
-    p_rate_period_seconds integer DEFAULT NULL
+    p_rate_period_seconds integer DEFAULT NULL,
+    p_weight integer DEFAULT NULL
 )
 RETURNS TABLE (queue_id bigint, created boolean)
 LANGUAGE plpgsql
@@ -51,6 +52,7 @@ DECLARE
     v_max_running integer;
     v_rate_limit integer;
     v_rate_period_seconds integer;
+    v_weight integer;
     v_queue_id bigint;
     v_created boolean;
 BEGIN
@@ -89,6 +91,7 @@ BEGIN
                          ELSE NULLIF(p_rate_limit, 0) END;
     v_rate_period_seconds := CASE WHEN v_rate_limit IS NULL THEN NULL
                                   ELSE coalesce(p_rate_period_seconds, v_old.rate_period_seconds, 1) END;
+    v_weight := coalesce(p_weight, v_old.weight, 1);
 
     IF v_backoff NOT IN ('fixed', 'linear', 'exponential') THEN
         RAISE EXCEPTION 'backoff must be fixed, linear or exponential, got %', quote_literal(v_backoff)
@@ -134,16 +137,19 @@ BEGIN
         RAISE EXCEPTION 'rate_period_seconds must be from 1 to 86400, got %', p_rate_period_seconds
             USING ERRCODE = 'CD010';
     END IF;
+    IF v_weight NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'weight must be from 1 to 1000, got %', v_weight USING ERRCODE = 'CD010';
+    END IF;
 
     INSERT INTO codity.queues AS q
         (project_id, name, max_attempts, backoff, base_delay_ms, max_delay_ms,
          lease_seconds, max_crashes, job_timeout_seconds, keep_completed_seconds,
-         keep_dead_letters_seconds, max_running, rate_limit, rate_period_seconds)
+         keep_dead_letters_seconds, max_running, rate_limit, rate_period_seconds, weight)
     VALUES
         (v_project_id, p_name, v_max_attempts, v_backoff::codity.backoff_kind, v_base_delay_ms,
          v_max_delay_ms, v_lease_seconds, v_max_crashes, v_job_timeout_seconds,
          v_keep_completed_seconds, v_keep_dead_letters_seconds, v_max_running, v_rate_limit,
-         v_rate_period_seconds)
+         v_rate_period_seconds, v_weight)
     ON CONFLICT (project_id, name) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff = EXCLUDED.backoff,
         base_delay_ms = EXCLUDED.base_delay_ms, max_delay_ms = EXCLUDED.max_delay_ms,
@@ -152,7 +158,8 @@ BEGIN
         keep_completed_seconds = EXCLUDED.keep_completed_seconds,
         keep_dead_letters_seconds = EXCLUDED.keep_dead_letters_seconds,
         max_running = EXCLUDED.max_running, rate_limit = EXCLUDED.rate_limit,
-        rate_period_seconds = EXCLUDED.rate_period_seconds, updated_at = v_now
+        rate_period_seconds = EXCLUDED.rate_period_seconds, weight = EXCLUDED.weight,
+        updated_at = v_now
     RETURNING q.id, (q.xmax = 0) INTO v_queue_id, v_created;
     -- Every queue has its totals row from the start (migration 0029): codity.roll_up adds
     -- to it, and the scheduler's cross-queue reads start from it (codity.promote).
@@ -170,7 +177,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) IS
+COMMENT ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) IS
 'Create a queue with its retry policy, or change the settings you pass of the queue with that name.
 
 max_attempts (1..1000, default 3), backoff (fixed | linear | exponential, default
@@ -183,10 +190,11 @@ keep_dead_letters_seconds (dead-lettered jobs and their dead letters, 2592000 = 
 each from 60 s to 10 years, 0 to keep forever; codity.prune deletes what has aged out;
 max_running (at most this many jobs claimed or running at once across all workers) and
 rate_limit per rate_period_seconds (at most that many claims per period, 1 s by default),
-both enforced by the claim, none by default, 0 removes one. On
+both enforced by the claim, none by default, 0 removes one; weight (1..1000, default 1),
+the queue''s share of a worker''s room beside the other queues it serves that have work. On
 an existing queue an argument left out keeps its value. created
 is false when the queue already existed. Raises CD010.
 Example: SELECT * FROM codity.create_queue(''emails'', p_max_attempts => 5, p_backoff => ''exponential'');';
 
-REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) TO codity_app;
+REVOKE ALL ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.create_queue(text, bigint, integer, text, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer, integer) TO codity_app;

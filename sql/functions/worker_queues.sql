@@ -6,12 +6,14 @@
 -- named none), with the pause flag so a client can skip a paused one, and the queue's
 -- limits (migration 0023) so a client can claim a limited queue again as soon as it may
 -- rather than at its next poll, and the lease a claim or heartbeat grants (migration 0034)
--- so a worker cut off from the database stops its handlers in time. Read-only.
+-- so a worker cut off from the database stops its handlers in time, and the weight
+-- (migration 0035) by which it shares its room among the queues with work. Read-only.
 -- Caller: a worker right after register_worker, and again when an unknown id arrives.
 
 CREATE OR REPLACE FUNCTION codity.worker_queues(p_worker_id bigint)
 RETURNS TABLE (queue_id bigint, queue text, is_paused boolean, max_running integer,
-               rate_limit integer, rate_period_seconds integer, lease_seconds integer)
+               rate_limit integer, rate_period_seconds integer, lease_seconds integer,
+               weight integer)
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
@@ -27,7 +29,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT q.id, q.name, q.is_paused, q.max_running, q.rate_limit, q.rate_period_seconds,
-           q.lease_seconds
+           q.lease_seconds, q.weight
     FROM codity.queues q
     WHERE q.project_id = v_worker.project_id
       AND (cardinality(v_worker.queues) = 0 OR q.name = ANY (v_worker.queues))
@@ -36,10 +38,11 @@ END;
 $$;
 
 COMMENT ON FUNCTION codity.worker_queues(bigint) IS
-'The queues a worker may claim from, with the id that codity_v1 notifications carry, the pause flag, the limits and the lease.
+'The queues a worker may claim from, with the id that codity_v1 notifications carry, the pause flag, the limits, the lease and the weight.
 
 lease_seconds is how long a claim or a heartbeat leases the queue''s jobs for, counted from
-the call: a worker that has had no heartbeat answered for that long must stop its handlers.
+the call: a worker that has had no heartbeat answered for that long must stop its handlers. weight
+is the queue''s share of the worker''s room beside the other queues with work.
 
 Every queue of the worker''s project when it registered with none. Raises CD004 (unknown
 worker).

@@ -54,7 +54,16 @@ HOUR = 60
 _GROWTH_MINUTES = 5
 _DEAD_WINDOW_MINUTES = 10
 
-ProblemCode = Literal["paused", "no_live_worker", "backlog_growing", "dead_letters_rising"]
+_UNCLAIMED_AFTER_S = 60
+"""A queue with claimable jobs and a live worker serving it, not at its own limits, that no
+worker has claimed from for this long is flagged "waiting behind another queue"."""
+ProblemCode = Literal[
+    "paused",
+    "no_live_worker",
+    "waiting_behind_another_queue",
+    "backlog_growing",
+    "dead_letters_rising",
+]
 
 
 class Counts(BaseModel):
@@ -147,6 +156,16 @@ SELECT t.queue_id,
               AND d.dead_at <= now() - pg_catalog.make_interval(mins => %(dead)s)
             LIMIT codity.count_cap()) c)
            AS dead_before,
+       q.max_running,
+       q.rate_period_seconds,
+       -- The last claim: of a finished attempt (its execution row) or of one held now
+       -- (the job row, through jobs_lease_idx: as many as are running).
+       extract(epoch FROM now() - greatest(
+           (SELECT max(e.claimed_at) FROM codity.job_executions e
+            WHERE e.queue_id = t.queue_id),
+           (SELECT max(j.claimed_at) FROM codity.jobs j
+            WHERE j.queue_id = t.queue_id AND j.status IN ('claimed', 'running'))))::float8
+           AS since_last_claim_seconds,
        CASE WHEN %(sampled)s::timestamptz IS NOT NULL THEN
            coalesce((SELECT m.claimable FROM codity.queue_minutes m
                      WHERE m.queue_id = t.queue_id AND m.minute = %(sampled)s::timestamptz), 0)
@@ -198,6 +217,15 @@ def _problems(queue: Mapping[str, Any], extra: Mapping[str, Any], cap: int) -> l
                 "text": f"{waiting} claimable, and no live worker serves this queue.",
             }
         )
+    if _waiting_behind(queue, extra):
+        found.append(
+            {
+                "code": "waiting_behind_another_queue",
+                "text": f"{waiting} claimable and {queue['live_workers']} live worker(s) serve"
+                f" this queue, yet nothing was claimed from it for over {_UNCLAIMED_AFTER_S} s:"
+                " its workers are kept busy by other queues (see their weights).",
+            }
+        )
     before = extra["claimable_before"]
     drained = sum(p["completed"] for p in queue["throughput"][-_GROWTH_MINUTES:])
     if before is not None and claimable > before and claimable > drained:
@@ -219,6 +247,19 @@ def _problems(queue: Mapping[str, Any], extra: Mapping[str, Any], cap: int) -> l
             }
         )
     return found
+
+
+def _waiting_behind(queue: Mapping[str, Any], extra: Mapping[str, Any]) -> bool:
+    """Claimable, served, not held back by its own pause, limit or rate, yet unclaimed."""
+    if queue["is_paused"] or int(queue["claimable"]) == 0 or queue["live_workers"] == 0:
+        return False
+    if extra["max_running"] is not None and int(queue["running"]) >= extra["max_running"]:
+        return False
+    unclaimed = extra["since_last_claim_seconds"]
+    if unclaimed is None:  # never claimed: as long as its oldest job has waited
+        unclaimed = queue["oldest_claimable_seconds"] or 0.0
+    quiet_for = max(_UNCLAIMED_AFTER_S, extra["rate_period_seconds"] or 0)
+    return bool(unclaimed > quiet_for and (queue["oldest_claimable_seconds"] or 0.0) > quiet_for)
 
 
 def _minutes(this_minute: dt.datetime) -> list[dt.datetime]:

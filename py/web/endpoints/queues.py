@@ -63,6 +63,13 @@ class QueuePolicy(Strict):
     rate_period_seconds: int | None = Field(
         None, ge=1, le=86_400, description="The rate limit's window (1 s when not given)."
     )
+    weight: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="The queue's share of a worker's room beside the other queues it serves"
+        " that have work, in proportion to their weights (1).",
+    )
 
 
 class QueueCreate(QueuePolicy):
@@ -82,6 +89,7 @@ class QueueUpdate(Strict):
     max_running: int | None = Field(None, ge=1, le=100_000)
     rate_limit: int | None = Field(None, ge=1, le=1_000_000)
     rate_period_seconds: int | None = Field(None, ge=1, le=86_400)
+    weight: int | None = Field(None, ge=1, le=1000)
 
 
 class DeleteQuery(Strict):
@@ -103,6 +111,7 @@ class Queue(BaseModel):
     max_running: int | None
     rate_limit: int | None
     rate_period_seconds: int | None
+    weight: int
     is_paused: bool
     paused_at: dt.datetime | None
     created_at: dt.datetime
@@ -134,8 +143,8 @@ class PauseResult(BaseModel):
 _SELECT = """
 SELECT id, name, max_attempts, backoff::text AS backoff, base_delay_ms, max_delay_ms,
        lease_seconds, max_crashes, job_timeout_seconds, keep_completed_seconds,
-       keep_dead_letters_seconds, max_running, rate_limit, rate_period_seconds, is_paused,
-       paused_at, created_at, updated_at
+       keep_dead_letters_seconds, max_running, rate_limit, rate_period_seconds, weight,
+       is_paused, paused_at, created_at, updated_at
 FROM codity.queues
 """
 
@@ -161,7 +170,7 @@ SELECT queue_id, created FROM codity.create_queue(
     %(name)s, %(project_id)s, %(max_attempts)s, %(backoff)s, %(base_delay_ms)s,
     %(max_delay_ms)s, %(lease_seconds)s, %(max_crashes)s, %(job_timeout_seconds)s,
     %(keep_completed_seconds)s, %(keep_dead_letters_seconds)s, %(max_running)s,
-    %(rate_limit)s, %(rate_period_seconds)s)
+    %(rate_limit)s, %(rate_period_seconds)s, %(weight)s)
 """
 _ZERO_IS_NONE = ("keep_completed_seconds", "keep_dead_letters_seconds", "max_running",
                  "rate_limit")  # fmt: skip

@@ -159,16 +159,17 @@ _LIMITS = ("max_running", "rate_limit", "rate_period_seconds")
 
 
 async def set_limits(ctx: PageContext) -> Response:
-    """The queue's concurrency and rate limits from the form: an empty field removes that
-    limit. A refusal (not a whole number, out of range) is shown on the page with the API's
-    message, and nothing changes."""
+    """The queue's concurrency and rate limits and its weight from the form: an empty limit
+    field removes that limit, an empty weight is the default, 1. A refusal (not a whole
+    number, out of range) is shown on the page with the API's message, and nothing
+    changes."""
     name = _name(ctx)
     body: dict[str, int | None] = {}
-    for field in _LIMITS:
+    for field in (*_LIMITS, "weight"):
         text = (ctx.form.get(field) or "").strip()
         if text and not text.isdigit():
             return await _detail(ctx, status=422, error=f"{field} must be a whole number")
-        body[field] = int(text) if text else None
+        body[field] = int(text) if text else (1 if field == "weight" else None)
     try:
         await ctx.api("PATCH", "/api/v1/queues/{name}", params={"name": name}, body=body)
     except ApiError as exc:
@@ -189,5 +190,5 @@ PAGES = [
     Page("GET", "/fragments/queues/{name}", queue_counts_fragment, "Queue counts (fragment)"),
     Page("POST", "/queues/{name}/pause", pause, "Pause a queue"),
     Page("POST", "/queues/{name}/resume", resume, "Resume a queue"),
-    Page("POST", "/queues/{name}/limits", set_limits, "Set a queue's limits"),
+    Page("POST", "/queues/{name}/limits", set_limits, "Set a queue's limits and weight"),
 ]

@@ -1,0 +1,132 @@
+"""A worker serving several queues shares its room: a trickle is served while a backlog drains.
+
+Issue 26, as found from outside: two workers on ``--queue bulk --queue trickle``, 50,000 jobs
+in bulk, 10 a second into trickle: not one trickle job began before the last bulk job was
+claimed. Here the same, smaller and in one process: one worker (concurrency 10, the
+default prefetch), 10,000 bulk jobs of 10 ms, then 10 trickle jobs 0.1 s apart while bulk drains,
+with the queues given in either order. Every trickle job must begin within 1 s of its
+enqueue, and before bulk has drained (or the test proves nothing). One worker, because two
+make it pass by luck now and then: a claim that races another worker's over the same rows
+comes back short (SKIP LOCKED), and only then did the old loop go on to the next queue; and
+10 ms of work per bulk job for the same reason (no-op jobs free slots during each claim).
+Break it: put back the loop that claims the queues in order, each taking all the room —
+the trickle queue is never asked while bulk has a backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from codity.worker import JobContext, Registry, Worker, WorkerConfig
+from tests.sqlapi import create_queue, one
+
+BULK = 10_000
+TRICKLE = 10
+
+
+@pytest.mark.parametrize("order", [("bulk", "trickle"), ("trickle", "bulk")])
+def test_a_trickle_is_served_within_a_second_while_another_queue_drains(
+    db_url: str, conn: psycopg.Connection, order: tuple[str, str]
+) -> None:
+    create_queue(conn, "bulk")
+    create_queue(conn, "trickle")
+    conn.execute("SELECT codity.enqueue_many('bulk', %s)", [Jsonb([{"task": "bulk"}] * BULK)])
+    began: dict[int, float] = {}  # trickle job id: when its handler began (wall clock)
+    bulk_done = [0]
+    last_bulk = [0.0]
+    registry = Registry()
+
+    @registry.task("bulk")
+    async def bulk(payload: Any, ctx: JobContext) -> None:
+        await asyncio.sleep(0.01)  # some work: else slots free up during each claim
+        bulk_done[0] += 1
+        last_bulk[0] = time.time()
+
+    @registry.task("trickle")
+    async def trickle(payload: Any, ctx: JobContext) -> None:
+        began[ctx.job_id] = time.time()
+
+    async def scenario() -> dict[int, float]:
+        stop = asyncio.Event()
+        config = WorkerConfig(queues=order, concurrency=10, heartbeat_s=1.0, poll_s=1.0)
+        workers = [asyncio.create_task(Worker(db_url, registry, config).run(stop))]
+        try:
+            while bulk_done[0] < 500:  # draining
+                assert time.monotonic() < deadline and not any(w.done() for w in workers)
+                await asyncio.sleep(0.01)
+            enqueued: dict[int, float] = {}
+            for _ in range(TRICKLE):
+                enqueued[one(conn, "SELECT job_id FROM codity.enqueue('trickle', 'trickle')")] = (
+                    time.time()
+                )
+                await asyncio.sleep(0.1)
+            while len(began) < TRICKLE:
+                assert time.monotonic() < deadline and not any(w.done() for w in workers)
+                await asyncio.sleep(0.01)
+            return enqueued
+        finally:
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*workers), 30)
+
+    deadline = time.monotonic() + 120
+    enqueued = asyncio.run(scenario())
+    pickups = sorted(began[job] - at for job, at in enqueued.items())
+    print(f"order {order}: trickle pickup max {pickups[-1]:.3f}s, bulk done {bulk_done[0]}")
+    assert max(began.values()) < last_bulk[0], "bulk drained before the trickle was served"
+    assert pickups[-1] <= 1.0, pickups
+
+
+def test_weights_share_the_room_in_proportion(db_url: str, conn: psycopg.Connection) -> None:
+    """Two queues with backlogs, weights 3 and 1 (queues.weight, read by the worker from
+    codity.worker_queues): one worker of 12 slots runs about three jobs of the first for
+    each of the second while both have work. Break it: ignore the weights (every queue 1)
+    and the two run one for one."""
+    create_queue(conn, "heavy", weight=3)
+    create_queue(conn, "light")
+    for queue in ("heavy", "light"):
+        conn.execute("SELECT codity.enqueue_many(%s, %s)", [queue, Jsonb([{"task": "w"}] * 3000)])
+    done = {"heavy": 0, "light": 0}
+    registry = Registry()
+
+    @registry.task("w")
+    async def work(payload: Any, ctx: JobContext) -> None:
+        await asyncio.sleep(0.01)
+        done[ctx.queue] += 1
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        config = WorkerConfig(queues=("light", "heavy"), concurrency=12, heartbeat_s=1.0)
+        worker = asyncio.create_task(Worker(db_url, registry, config).run(stop))
+        deadline = time.monotonic() + 60
+        try:
+            while done["heavy"] + done["light"] < 2000:  # both still have a backlog
+                assert time.monotonic() < deadline and not worker.done()
+                await asyncio.sleep(0.01)
+        finally:
+            stop.set()
+            await asyncio.wait_for(worker, 30)
+
+    asyncio.run(scenario())
+    ratio = done["heavy"] / max(1, done["light"])
+    print(f"weights 3:1 ran {done}: {ratio:.2f}")
+    assert 2.2 <= ratio <= 4.0, done
+
+
+def test_a_weight_out_of_range_is_refused_and_changes_nothing(conn: psycopg.Connection) -> None:
+    create_queue(conn, "weighed", weight=5)
+    for bad in (0, 1001, -1):
+        with pytest.raises(psycopg.Error) as caught:
+            create_queue(conn, "weighed", weight=bad)
+        assert caught.value.sqlstate == "CD010", caught.value
+        assert f"weight must be from 1 to 1000, got {bad}" in str(caught.value)
+        if not conn.autocommit:
+            conn.rollback()
+    assert one(conn, "SELECT weight FROM codity.queues WHERE name = 'weighed'") == 5
+    create_queue(conn, "weighed", max_attempts=4)  # left out: kept
+    assert one(conn, "SELECT weight FROM codity.queues WHERE name = 'weighed'") == 5
