@@ -80,7 +80,10 @@ PostgreSQL array: pass results through `JSON.stringify`.
 2. **Register**: `SELECT codity.register_worker('mailer-1', ARRAY['emails'], 5, 'host-a', 4242)`
    returns the worker id. The worker may claim from the queues it names (every queue of its
    project when it names none; CD023 otherwise). `SELECT * FROM codity.worker_queues(id)`
-   gives their ids, which the notifications carry.
+   gives their ids, which the notifications carry. A worker registers in one project (the
+   sixth argument, its id; `codity.find_project('acme')` gives it from a slug; the default
+   project when NULL): one serving several projects registers once in each and claims,
+   heartbeats and releases each project's jobs under that project's worker id.
 3. **Listen** on a connection of its own: `LISTEN codity_v1`. A notification's payload is a
    queue id (text) — a hint that the queue has work, never data. `enqueue`,
    `enqueue_many`, `release`, `resume_queue`, `resume_all`, `replay_dead_letter`,

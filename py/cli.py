@@ -18,6 +18,7 @@ from codity.db import database_url, embedded_server, migrate
 from codity.db.citus import BODIES, JOB_TABLES, REFERENCE_TABLES, CitusError
 from codity.db.embedded import EmbeddedServerError
 from codity.db.errors import CodityError
+from codity.queue_settings import POLICY
 from codity.stop_signal import StopSignal
 
 __all__ = ["main"]
@@ -111,8 +112,11 @@ def _cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from codity.worker.main import load_registry, run_worker
     from codity.worker.runtime import WorkerConfig
+    from codity.worker.served import QueueSpec
 
     try:
+        for queue in args.queue:
+            QueueSpec.parse(queue)
         registry = load_registry(args.app, args.app_dir)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -252,6 +256,16 @@ def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from codity.status import collect_status, render_status
 
     print(render_status(collect_status(_running_url(settings)), as_json=args.json))
+    return 0
+
+
+def _cmd_queue(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.queue_settings import render_queue, set_queue
+
+    policy = {key: getattr(args, key) for key in POLICY if getattr(args, key) is not None}
+    pause = True if args.pause else False if args.resume else None
+    queue = set_queue(database_url(settings), args.name, args.project, policy, pause)
+    print(render_queue(queue))
     return 0
 
 
@@ -487,10 +501,32 @@ def _parser() -> argparse.ArgumentParser:
         func=_cmd_resume
     )
 
+    queue = sub.add_parser(
+        "queue",
+        help="create a queue or change its settings (weight, limits, lease); show them",
+        description="Create the queue NAME (when it does not exist) or change the settings"
+        " given; every other setting keeps its value. Prints the settings afterwards.",
+    )
+    queue.add_argument("name", help="the queue's name")
+    queue.add_argument(
+        "--project", help="its project, by slug or id (default: the installation's default)"
+    )
+    for key, what in POLICY.items():
+        queue.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int, help=what)
+    paused = queue.add_mutually_exclusive_group()
+    paused.add_argument("--pause", action="store_true", help="stop claims from it")
+    paused.add_argument("--resume", action="store_true", help="let claims take from it again")
+    queue.set_defaults(func=_cmd_queue)
+
     worker = sub.add_parser("worker", help="run jobs: claim, run handlers, report back")
     worker.add_argument("--app", required=True, help="module:registry holding the handlers")
     worker.add_argument(
-        "--queue", action="append", required=True, help="a queue to serve (repeatable)"
+        "--queue",
+        action="append",
+        required=True,
+        help="a queue to serve (repeatable): NAME in the default project, PROJECT/NAME in"
+        " another (its slug or id), PROJECT/* for its every queue; one worker serving several"
+        " projects shares its room equally among those with work",
     )
     worker.add_argument(
         "--concurrency",

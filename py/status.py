@@ -15,9 +15,10 @@ from codity.db.conninfo import conninfo
 __all__ = ["collect_status", "render_status"]
 
 _QUEUES = """
-SELECT queue, is_paused, claimable, scheduled, running, dead,
-       extract(epoch FROM oldest_claimable_age)::float8 AS oldest_claimable_s
-FROM codity.queue_overview ORDER BY project_id, queue
+SELECT o.project_id, o.queue, o.is_paused, o.claimable, o.scheduled, o.running, o.dead,
+       extract(epoch FROM o.oldest_claimable_age)::float8 AS oldest_claimable_s, q.weight
+FROM codity.queue_overview o JOIN codity.queues q ON q.id = o.queue_id
+ORDER BY o.project_id, o.queue
 """
 _WORKERS = """
 SELECT worker_id, name, host, pid, status::text AS status, capacity, jobs_held,
@@ -67,11 +68,15 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render_status(status: dict[str, list[dict[str, Any]]], *, as_json: bool = False) -> str:
     if as_json:
         return json.dumps(status, indent=2, default=str)
+    # Queues are named within a project: with several, the name alone is ambiguous.
+    several = len({q["project_id"] for q in status["queues"]}) > 1
     queues = _table(
-        ["queue", "state", "claimable", "scheduled", "running", "dead", "oldest"],
+        ["project"] * several
+        + ["queue", "state", "weight", "claimable", "scheduled", "running", "dead", "oldest"],
         [
-            [q["queue"], _state(q), str(q["claimable"]), str(q["scheduled"]), str(q["running"]),
-             str(q["dead"]), _age(q["oldest_claimable_s"])]
+            [str(q["project_id"])] * several
+            + [q["queue"], _state(q), str(q["weight"]), str(q["claimable"]), str(q["scheduled"]),
+               str(q["running"]), str(q["dead"]), _age(q["oldest_claimable_s"])]
             for q in status["queues"]
         ],
     )  # fmt: skip

@@ -90,6 +90,7 @@ def _one_by_id(env: Env, i: int) -> dict[str, Any]:
 
 
 _WORKER = (
+    Call("find_project", "SELECT codity.find_project('default')"),
     Call(
         "register_worker",
         "SELECT codity.register_worker('w1', ARRAY['emails'], 5, 'host-a', 42{now})",

@@ -139,6 +139,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.enqueue_many(text,jsonb,bigint,timestamp with time zone)",
     "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
     "codity.fail(bigint,integer,text,boolean,timestamp with time zone)",
+    "codity.find_project(text)",
     "codity.extend_leases(bigint,bigint,bigint[],integer[],timestamp with time zone)",
     "codity.heartbeat(bigint,bigint[],integer[],timestamp with time zone,bigint[])",
     "codity.jobs_with_payload(jsonb,bigint,integer)",
@@ -200,6 +201,7 @@ WORKER_PROTOCOL = {
     "enqueue",
     "enqueue_many",
     "worker_queues",
+    "find_project",
     "get_job",
     "get_job_executions",
 }

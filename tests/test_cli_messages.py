@@ -61,6 +61,16 @@ def test_an_unknown_queue_is_one_line(tmp_path: Path, db_url: str) -> None:
     _one_line_exit_2(result, 'queue "no-such-queue" does not exist')
 
 
+def test_a_badly_named_queue_or_project_is_one_line(db_url: str) -> None:
+    env = _env(DATABASE_URL=db_url)
+    app = ("worker", "--app", "codity.worker.demo:registry")
+    _one_line_exit_2(_run(env, *app, "--queue", "a/b/c"), "NAME, PROJECT/NAME or PROJECT/*")
+    _one_line_exit_2(
+        _run(env, *app, "--queue", "no-such-project/mail"),
+        'no project has the id or slug "no-such-project"',
+    )
+
+
 def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/codity"
     for command in (["migrate"], ["status"], ["demo"]):

@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 
 from codity.worker import JobContext, Registry, Worker, WorkerConfig
 from tests.sqlapi import create_queue, one
+from tests.worker_runs import run_worker_until
 
 BULK = 10_000
 TRICKLE = 10
@@ -99,20 +100,9 @@ def test_weights_share_the_room_in_proportion(db_url: str, conn: psycopg.Connect
         await asyncio.sleep(0.01)
         done[ctx.queue] += 1
 
-    async def scenario() -> None:
-        stop = asyncio.Event()
-        config = WorkerConfig(queues=("light", "heavy"), concurrency=12, heartbeat_s=1.0)
-        worker = asyncio.create_task(Worker(db_url, registry, config).run(stop))
-        deadline = time.monotonic() + 60
-        try:
-            while done["heavy"] + done["light"] < 2000:  # both still have a backlog
-                assert time.monotonic() < deadline and not worker.done()
-                await asyncio.sleep(0.01)
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, 30)
-
-    asyncio.run(scenario())
+    config = WorkerConfig(queues=("light", "heavy"), concurrency=12, heartbeat_s=1.0)
+    # Until 2,000 have run: both queues still have a backlog.
+    run_worker_until(db_url, registry, config, lambda: done["heavy"] + done["light"] >= 2000)
     ratio = done["heavy"] / max(1, done["light"])
     print(f"weights 3:1 ran {done}: {ratio:.2f}")
     assert 2.2 <= ratio <= 4.0, done
@@ -130,3 +120,39 @@ def test_a_weight_out_of_range_is_refused_and_changes_nothing(conn: psycopg.Conn
     assert one(conn, "SELECT weight FROM codity.queues WHERE name = 'weighed'") == 5
     create_queue(conn, "weighed", max_attempts=4)  # left out: kept
     assert one(conn, "SELECT weight FROM codity.queues WHERE name = 'weighed'") == 5
+
+
+def test_priorities_inside_a_queue_keep_their_meaning_while_queues_share(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """Two backlogged queues sharing one worker: within ``ranked``, its 20 jobs of priority
+    10, enqueued after its 200 of priority 0, are the first 20 of it to begin. The share
+    decides how many jobs a claim of the queue asks for; the claim takes them in the queue's
+    order (priority, then run_at, then id). Break it: order the claim by id alone and the
+    first 20 to begin are priority 0."""
+    create_queue(conn, "ranked")
+    create_queue(conn, "other")
+    conn.execute("SELECT codity.enqueue_many('other', %s)", [Jsonb([{"task": "w"}] * 500)])
+    conn.execute("SELECT codity.enqueue_many('ranked', %s)", [Jsonb([{"task": "w"}] * 200)])
+    conn.execute(
+        "SELECT codity.enqueue_many('ranked', %s)", [Jsonb([{"task": "w", "priority": 10}] * 20)]
+    )
+    high = {
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM codity.jobs WHERE priority = 10 AND queue_id ="
+            " (SELECT id FROM codity.queues WHERE name = 'ranked')"
+        ).fetchall()
+    }
+    order: list[int] = []
+    registry = Registry()
+
+    @registry.task("w")
+    async def work(payload: Any, ctx: JobContext) -> None:
+        if ctx.queue == "ranked":
+            order.append(ctx.job_id)
+        await asyncio.sleep(0.005)
+
+    config = WorkerConfig(queues=("other", "ranked"), concurrency=4, heartbeat_s=1.0)
+    run_worker_until(db_url, registry, config, lambda: len(order) >= 40)
+    assert set(order[:20]) == high, order[:40]

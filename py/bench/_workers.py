@@ -23,7 +23,7 @@ __all__ = ["BenchError", "WorkerProcesses", "stop_processes"]
 
 Conn = psycopg.Connection[Any]
 _READY = """
-SELECT (SELECT count(*) FROM codity.workers w
+SELECT (SELECT count(DISTINCT w.name) FROM codity.workers w
         WHERE w.status = 'active' AND w.name = ANY (%(names)s)),
        (SELECT count(*) FROM pg_catalog.pg_stat_activity a
         WHERE a.datname = pg_catalog.current_database()

@@ -6,6 +6,10 @@ every ``1/rate`` seconds while bulk drains. Reported for each order: bulk's drai
 and beside the trickle (from its executions: first claim to last finish), and the trickle's
 pickup (the handler's first line minus the enqueue's return, one clock) p50, p99 and max.
 The target (issue 26): trickle p99 within 1 s, and bulk within 5 % of its rate alone.
+
+Then the same between tenants: ``bulk`` in project ``noisy``, ``trickle`` in project
+``quiet``, the workers serving both (``--queue noisy/bulk --queue quiet/trickle``, each
+registered once in each project), in either order.
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ HEADING = "## Fair share between queues (`codity bench --fairness`)"
 
 
 @dataclass(frozen=True)
+class _Scenario:
+    order: tuple[str, str]  # the workers' --queue arguments
+    bulk_id: int
+    trickle_id: int
+    trickle_project: int | None  # None: the default project
+
+
+@dataclass(frozen=True)
 class FairnessRun:
     order: tuple[str, str]
     alone_jobs_s: float
@@ -58,59 +70,61 @@ class FairnessRun:
         return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _bulk_rate(conn: psycopg.Connection[Any]) -> float:
+def _bulk_rate(conn: psycopg.Connection[Any], queue_id: int) -> float:
     row = conn.execute(
         "SELECT count(*), extract(epoch FROM max(e.finished_at) - min(e.claimed_at))"
-        " FROM codity.job_executions e JOIN codity.queues q ON q.id = e.queue_id"
-        " WHERE q.name = 'bulk' AND e.status = 'completed'"
+        " FROM codity.job_executions e WHERE e.queue_id = %s AND e.status = 'completed'",
+        [queue_id],
     ).fetchone()
     assert row is not None
     return float(row[0]) / max(float(row[1]), 1e-9)
 
 
-def _completed(conn: psycopg.Connection[Any], queue: str) -> int:
+def _completed(conn: psycopg.Connection[Any], queue_id: int) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM codity.jobs j JOIN codity.queues q ON q.id = j.queue_id"
-        " WHERE q.name = %s AND j.status = 'completed'",
-        [queue],
+        "SELECT count(*) FROM codity.jobs j WHERE j.queue_id = %s AND j.status = 'completed'",
+        [queue_id],
     ).fetchone()
     assert row is not None
     return int(row[0])
 
 
 def _drain(
-    conn: psycopg.Connection[Any], url: str, order: tuple[str, str], bulk: int, rate: float,
+    conn: psycopg.Connection[Any], url: str, scenario: _Scenario, bulk: int, rate: float,
     work: Path, label: str,
 ) -> tuple[float, list[float]]:  # fmt: skip
     """Bulk's backlog drained by two workers on ``order``, with a trickle when ``rate``."""
     conn.execute("TRUNCATE codity.jobs, codity.job_executions")
     for start in range(0, bulk, _BATCH):
         conn.execute(
-            "SELECT count(*) FROM codity.enqueue_many('bulk', %s)",
+            "SELECT count(*) FROM codity.enqueue_many_in_queue(%s, %s)",
             [
+                scenario.bulk_id,
                 Jsonb(
                     [{"task": PICKUP_TASK, "payload": {"work_ms": WORK_MS}}]
                     * min(_BATCH, bulk - start)
-                )
+                ),
             ],
         )
     enqueued: dict[int, float] = {}
     with WorkerProcesses(
-        url, app="codity.bench.tasks:registry", queue=order, concurrency=10, count=2,
+        url, app="codity.bench.tasks:registry", queue=scenario.order, concurrency=10, count=2,
         listen=True, log_dir=work, label=label,
     ) as workers:  # fmt: skip
         workers.wait_ready(conn)
-        while _completed(conn, "bulk") < bulk:
+        while _completed(conn, scenario.bulk_id) < bulk:
             workers.check_alive()
             if rate > 0:
-                row = conn.execute("SELECT job_id FROM codity.enqueue('trickle', %s)",
-                                   [PICKUP_TASK]).fetchone()  # fmt: skip
+                row = conn.execute(
+                    "SELECT job_id FROM codity.enqueue('trickle', %s, p_project_id => %s)",
+                    [PICKUP_TASK, scenario.trickle_project],
+                ).fetchone()
                 assert row is not None
                 enqueued[int(row[0])] = time.time()
                 time.sleep(1 / rate)
             else:
                 time.sleep(0.05)
-        while _completed(conn, "trickle") < len(enqueued):
+        while _completed(conn, scenario.trickle_id) < len(enqueued):
             workers.check_alive()
             time.sleep(0.05)
     began = conn.execute(
@@ -118,7 +132,38 @@ def _drain(
         " WHERE e.job_id = ANY(%s) AND e.status = 'completed'",
         [list(enqueued)],
     ).fetchall()
-    return _bulk_rate(conn), [started - enqueued[job] for job, started in began]
+    return _bulk_rate(conn, scenario.bulk_id), [started - enqueued[job] for job, started in began]
+
+
+def _scenarios(conn: psycopg.Connection[Any]) -> list[_Scenario]:
+    """Both queues in the default project, then each in a project of its own (tenants);
+    each pair in both orders."""
+
+    def queue(name: str, project: int | None) -> int:
+        row = conn.execute(
+            "SELECT queue_id FROM codity.create_queue(%s, p_project_id => %s)", [name, project]
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def project(slug: str) -> int:
+        row = conn.execute(
+            "INSERT INTO codity.projects (org_id, slug, name)"
+            " SELECT org_id, %s, %s FROM codity.projects WHERE is_default RETURNING id",
+            [slug, slug],
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    bulk, trickle = queue("bulk", None), queue("trickle", None)
+    quiet = project("quiet")
+    tenant_bulk, tenant_trickle = queue("bulk", project("noisy")), queue("trickle", quiet)
+    return [
+        _Scenario(("bulk", "trickle"), bulk, trickle, None),
+        _Scenario(("trickle", "bulk"), bulk, trickle, None),
+        _Scenario(("noisy/bulk", "quiet/trickle"), tenant_bulk, tenant_trickle, quiet),
+        _Scenario(("quiet/trickle", "noisy/bulk"), tenant_bulk, tenant_trickle, quiet),
+    ]
 
 
 def run_fairness(url: str, *, bulk: int, rate: float) -> tuple[list[FairnessRun], str]:
@@ -129,13 +174,11 @@ def run_fairness(url: str, *, bulk: int, rate: float) -> tuple[list[FairnessRun]
         scratch_database(url, "codity_fairness") as scratch,
         psycopg.connect(scratch, autocommit=True) as conn,
     ):
-        for queue in ("bulk", "trickle"):
-            conn.execute("SELECT * FROM codity.create_queue(%s)", [queue])
-        for order in (("bulk", "trickle"), ("trickle", "bulk")):
-            log.info("order %s: bulk alone, then beside a trickle", order)
-            alone, _ = _drain(conn, scratch, order, bulk, 0.0, Path(tmp), "alone")
-            beside, pickups = _drain(conn, scratch, order, bulk, rate, Path(tmp), "beside")
-            runs.append(FairnessRun(order, alone, beside, pickups))
+        for scenario in _scenarios(conn):
+            log.info("order %s: bulk alone, then beside a trickle", scenario.order)
+            alone, _ = _drain(conn, scratch, scenario, bulk, 0.0, Path(tmp), "alone")
+            beside, pickups = _drain(conn, scratch, scenario, bulk, rate, Path(tmp), "beside")
+            runs.append(FairnessRun(scenario.order, alone, beside, pickups))
         row = conn.execute("SHOW server_version").fetchone()
         assert row is not None
         server = f"PostgreSQL {row[0]}"
@@ -147,7 +190,9 @@ def render(runs: list[FairnessRun], bulk: int, rate: float, server: str) -> str:
         f"{bulk:,} jobs of {WORK_MS} ms in `bulk`, {rate:g} a second into `trickle` while it"
         " drains; two"
         " `codity worker` processes at the defaults (concurrency 10, prefetch 30), the"
-        f" queues in the order shown; {server}, {len(os.sched_getaffinity(0))} cores.",
+        " queues in the order shown (`noisy/bulk`: queue `bulk` of project `noisy`; the"
+        f" workers register once in each project); {server},"
+        f" {len(os.sched_getaffinity(0))} cores.",
         "",
         "| queues | bulk alone, jobs/s | bulk beside the trickle | ratio"
         " | trickle pickup p50 | p99 | max | trickle jobs |",

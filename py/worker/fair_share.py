@@ -12,6 +12,11 @@ along each time, so that no queue is always first when the room does not go roun
 that came back with less than its share leaves the rest to the queues that filled theirs,
 in the same round when enough is left. With one queue busy and the others empty, it gets
 all of the room, as before: the empty ones are not asked.
+
+A worker serving several projects (tenants) shares in two levels: first equally among the
+projects with a queue that may have work, then within each project by its queues' weights
+(``by_project``), so that a tenant's share does not grow with the number of queues it
+makes, and a noisy tenant's backlog leaves a quiet tenant its half of the room.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["in_turn", "shares"]
+__all__ = ["by_project", "in_turn", "shares"]
 
 T = TypeVar("T")
 
@@ -30,6 +35,18 @@ def in_turn(items: Sequence[T], turn: int) -> list[T]:
         return []
     start = turn % len(items)
     return [*items[start:], *items[:start]]
+
+
+def by_project(projects: Sequence[object], weights: Sequence[float]) -> list[float]:
+    """Each queue's weight within the room as a whole: the projects (one per queue) share
+    equally, and each project's part goes to its queues in proportion to their ``weights``.
+    With one project, the weights come back as they are."""
+    totals: dict[object, float] = {}
+    for project, weight in zip(projects, weights, strict=True):
+        totals[project] = totals.get(project, 0.0) + weight
+    if len(totals) <= 1:
+        return list(weights)
+    return [w / totals[p] for p, w in zip(projects, weights, strict=True)]
 
 
 def shares(room: int, weights: Sequence[float]) -> list[int]:

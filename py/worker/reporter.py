@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -189,15 +189,22 @@ class Reporter:
             return False
         return True
 
-    async def heartbeat(self, worker_id: int, running: list[JobContext]) -> float:
+    async def heartbeat(
+        self, worker_id: int, running: list[JobContext], *, queues: Container[int] | None = None
+    ) -> float:
         """Extend the leases of the running and unreported jobs; stop the lost and cancelled.
         Returns the loop time at which the call was sent: the leases it extended last at
-        least the queue's lease_seconds from then (codity.worker.leases).
+        least the queue's lease_seconds from then (codity.worker.leases). ``queues``: the
+        queues whose unreported jobs were claimed under ``worker_id``, when the worker has
+        several registrations (one per project); None: all of them.
 
         Raises what the call raises (TRANSIENT, WorkerNotActive): the caller decides."""
         async with self._lock:
             # Taken under the lock: a flush that just ended has left the pending set.
-            held = running + self.pending()
+            pending = self.pending()
+            if queues is not None:
+                pending = [c for c in pending if c.queue_id in queues]
+            held = running + pending
             sent_at = asyncio.get_running_loop().time()
             rows = await self._call(
                 _HEARTBEAT,

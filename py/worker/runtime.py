@@ -67,12 +67,13 @@ from codity.outage import Outage
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
 from codity.worker.empty_queues import EmptyQueues
-from codity.worker.fair_share import in_turn, shares
+from codity.worker.fair_share import by_project, in_turn, shares
 from codity.worker.leases import Leases, margin
 from codity.worker.limits import Limits
 from codity.worker.listener import Listener
 from codity.worker.registry import Registry, Task
 from codity.worker.reporter import Reporter
+from codity.worker.served import QueueSpec, Served, registrations
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -96,6 +97,8 @@ lease gives each call half of it, and never less than 1 s (docs/DESIGN_DECISIONS
 @dataclass(frozen=True)
 class WorkerConfig:
     queues: tuple[str, ...]
+    """``name`` (a queue of ``project_id``'s project), ``project/name`` (a project named by
+    slug or id) or ``project/*`` (its every queue): codity.worker.served."""
     concurrency: int = 5
     prefetch: int | None = None
     """Claimed jobs held beyond ``concurrency``, waiting for a slot; None: three times the
@@ -106,6 +109,7 @@ class WorkerConfig:
     listen: bool = True
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     project_id: int | None = None
+    """The project of the queues named without one; None: the installation's default."""
 
 
 @dataclass
@@ -136,9 +140,15 @@ class Worker:
         self.url = url
         self.registry = registry
         self.config = config
-        self.worker_id: int | None = None
-        self._queue_ids: dict[str, int] = {}
-        self._limits: dict[str, Limits] = {}
+        self._specs = [QueueSpec.parse(q) for q in config.queues]
+        # One registration per project served: its worker id (codity.worker.served).
+        self._worker_ids: dict[int, int] = {}
+        self._project_ids: dict[str | None, int] = {}  # each --queue's project, resolved
+        self._served: list[Served] = []  # in the order given; read again at every heartbeat
+        # The registration each queue's jobs were claimed under: only ever grows, so a job
+        # held from a queue no longer served is still heartbeated and reported.
+        self._worker_of_queue: dict[int, int] = {}
+        self._limits: dict[int, Limits] = {}  # by queue id
         self._retry_at: float | None = None  # loop time: a limited queue may have room again
         self._server = server_address(url)
         self._pool: AsyncConnectionPool | None = None
@@ -159,7 +169,7 @@ class Worker:
         self._empty = EmptyQueues(config.poll_s if config.listen else 0.0)
         self._leases = Leases()
         self._turn = 0  # claim rounds so far: where the next one starts (fair_share.in_turn)
-        self._weights: dict[str, float] = {}  # by queue name (queues.weight); 1 until read
+        self._weights: dict[int, float] = {}  # by queue id (queues.weight); 1 until read
         # Queues where a claim failed on a lost connection: it may have committed, and its
         # jobs are given back before the next claim there (codity.release_lost_claims_in_queue).
         self._lost_claims: set[int] = set()
@@ -182,20 +192,17 @@ class Worker:
         await self._pool.open(wait=False)
         background: list[asyncio.Task[None]] = []
         try:
-            self.worker_id = await self._retry(self._register, stop)
-            if self.worker_id is None:
+            if await self._retry(self._register, stop) is None:
                 return
-            queue_ids = await self._retry(self._resolve_queues, stop)
-            if queue_ids is None:
+            if await self._retry(self._resolve_queues, stop) is None:
                 return
-            self._queue_ids = queue_ids
             self._warn_of_short_leases()
             health_file.touch()
             log.info(
-                "worker %s registered as %d on %s",
+                "worker %s registered as %s on %s",
                 self.config.name,
-                self.worker_id,
-                self.config.queues,
+                ", ".join(str(w) for w in self._worker_ids.values()),
+                ", ".join(self.config.queues),
             )
             loops = [
                 ("reporter", self._reporter.run),
@@ -212,39 +219,63 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            if self.worker_id is not None:
+            if self._worker_ids:
                 await self._deregister()
             await self._pool.close()
 
-    async def _register(self) -> int:
-        rows = await self._call(
-            "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s, %s::numeric) AS id",
-            [
-                self.config.name,
-                list(self.config.queues),
-                self.config.concurrency,
-                socket.gethostname(),
-                os.getpid(),
-                self.config.project_id,
-                self.config.heartbeat_s,
-            ],
-        )
-        return int(rows[0]["id"])
+    async def _register(self) -> bool:
+        """Register once in each project served (codity.worker.served); a registration
+        made before a lost connection is kept, not made twice."""
+        own = None if self.config.project_id is None else str(self.config.project_id)
+        project_ids: dict[str | None, int] = {}
+        for ref in dict.fromkeys(spec.project for spec in self._specs):
+            rows = await self._call(
+                "SELECT codity.find_project(%s) AS id", [own if ref is None else ref]
+            )
+            project_ids[ref] = int(rows[0]["id"])
+        self._project_ids = project_ids
+        for project_id, names in registrations(self._specs, project_ids).items():
+            if project_id in self._worker_ids:
+                continue
+            rows = await self._call(
+                "SELECT codity.register_worker(%s, %s, %s, %s, %s, %s, %s::numeric) AS id",
+                [
+                    self.config.name,
+                    names or [],
+                    self.config.concurrency,
+                    socket.gethostname(),
+                    os.getpid(),
+                    project_id,
+                    self.config.heartbeat_s,
+                ],
+            )
+            self._worker_ids[project_id] = int(rows[0]["id"])
+        return True
 
-    async def _resolve_queues(self) -> dict[str, int]:
-        """The ids of the queues this worker serves: the calls that write job rows take the
-        queue's id (DESIGN.md, "Room to scale out", rule 1). Their limits come with them,
-        weights and leases, and are read again with every heartbeat, so a limit set later
-        is followed."""
-        rows = await self._call(
-            "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds,"
-            " lease_seconds, weight FROM codity.worker_queues(%s)",
-            [self.worker_id],
-        )
-        self._limits = {row["queue"]: Limits.of(row) for row in rows}
-        self._weights = {row["queue"]: float(row["weight"]) for row in rows}
+    async def _resolve_queues(self) -> bool:
+        """The queues this worker serves, with their ids: the calls that write job rows
+        take the queue's id (DESIGN.md, "Room to scale out", rule 1). Their limits come with
+        them, weights and leases, and are read again with every heartbeat, so a limit set
+        later is followed, and a queue made later in a project served whole is served."""
+        by_project: dict[int, list[Served]] = {}
+        rows: list[dict[str, Any]] = []
+        for project_id, worker_id in self._worker_ids.items():
+            found = await self._call(
+                "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds,"
+                " lease_seconds, weight FROM codity.worker_queues(%s)",
+                [worker_id],
+            )
+            rows += found
+            by_project[project_id] = [
+                Served(int(r["queue_id"]), r["queue"], project_id, worker_id) for r in found
+            ]
+        self._limits = {int(row["queue_id"]): Limits.of(row) for row in rows}
+        self._weights = {int(row["queue_id"]): float(row["weight"]) for row in rows}
         self._leases.lease_seconds({int(r["queue_id"]): r["lease_seconds"] for r in rows})
-        return {row["queue"]: int(row["queue_id"]) for row in rows}
+        self._served = _in_given_order(self._specs, self._project_ids, by_project)
+        for served in self._served:
+            self._worker_of_queue[served.queue_id] = served.worker_id
+        return True
 
     def _warn_of_short_leases(self) -> None:
         lease_s = self._leases.shortest()
@@ -258,24 +289,23 @@ class Worker:
             )
 
     async def _deregister(self) -> None:
-        try:
-            async with asyncio.timeout_at(self._exit_deadline()):
-                rows = await self._call(
-                    "SELECT codity.deregister_worker(%s) AS n", [self.worker_id]
+        for worker_id in self._worker_ids.values():
+            try:
+                async with asyncio.timeout_at(self._exit_deadline()):
+                    rows = await self._call("SELECT codity.deregister_worker(%s) AS n", [worker_id])
+            except _GIVE_UP_ON as exc:
+                log.warning(
+                    "worker %s not deregistered (%s); the sweep will declare it dead",
+                    worker_id,
+                    type(exc).__name__,
                 )
-        except _GIVE_UP_ON as exc:
-            log.warning(
-                "worker %s not deregistered (%s); the sweep will declare it dead",
-                self.worker_id,
-                type(exc).__name__,
+                continue
+            released = int(rows[0]["n"])
+            log.info(
+                "worker %d deregistered%s",
+                worker_id,
+                f"; {released} job(s) it still held were released" if released else "",
             )
-            return
-        released = int(rows[0]["n"])
-        log.info(
-            "worker %d deregistered%s",
-            self.worker_id,
-            f"; {released} job(s) it still held were released" if released else "",
-        )
 
     # -- claiming ------------------------------------------------------------
 
@@ -345,13 +375,15 @@ class Worker:
         self._turn += 1
         suspects = not self._busy() and not self._reporter.unsent()
         asking = [
-            queue
-            for queue in in_turn(self.config.queues, self._turn)
-            if not self._empty.skip(self._queue_ids[queue], suspects=suspects)
+            served
+            for served in in_turn(self._served, self._turn)
+            if not self._empty.skip(served.queue_id, suspects=suspects)
         ]
         claimed = 0
-        filled: list[str] = []
-        weights = [self._weights.get(queue, 1.0) for queue in asking]
+        filled: list[Served] = []
+        weights = by_project(
+            [s.project_id for s in asking], [self._weights.get(s.queue_id, 1.0) for s in asking]
+        )
         for queue, share in zip(asking, shares(room, weights), strict=True):
             want = min(share, self._room(), MAX_CLAIM)
             if want <= 0:
@@ -367,8 +399,8 @@ class Worker:
             claimed += await self._claim_and_start(queue, min(room, MAX_CLAIM))
         return claimed
 
-    async def _claim_and_start(self, queue: str, limit: int) -> int:
-        queue_id = self._queue_ids[queue]
+    async def _claim_and_start(self, queue: Served, limit: int) -> int:
+        queue_id = queue.queue_id
         # A job that crashed a worker before is taken only by an idle worker, and only once
         # everything it finished has been reported: a suspect that kills it would take
         # unsent completions down with it (a report may wait up to 5 ms for a batch), and
@@ -383,7 +415,7 @@ class Worker:
         try:
             jobs = await self._call_typed(
                 CLAIM_AND_START,
-                {"worker": self.worker_id, "queue_id": queue_id, "limit": limit,
+                {"worker": queue.worker_id, "queue_id": queue_id, "limit": limit,
                  "suspects": suspects},
             )  # fmt: skip
         except TRANSIENT:
@@ -392,7 +424,7 @@ class Worker:
         self._leases.granted(((job.job_id, queue_id) for job in jobs), sent_at)
         for job in jobs:
             self._accept(queue, job)
-        limits = self._limits.get(queue)
+        limits = self._limits.get(queue_id)
         if not jobs and (limits is None or not limits.limited):
             self._empty.mark(queue_id, suspects=suspects, since=heard)
         if len(jobs) < limit and limits is not None and limits.limited:
@@ -410,7 +442,7 @@ class Worker:
                  if c.queue_id == queue_id]  # fmt: skip
         rows = await self._call(
             "SELECT job_id FROM codity.release_lost_claims_in_queue(%s, %s, %s::bigint[])",
-            [queue_id, self.worker_id, known],
+            [queue_id, self._worker_of_queue[queue_id], known],
         )
         self._lost_claims.discard(queue_id)
         if rows:
@@ -422,13 +454,13 @@ class Worker:
             )
             await self._reporter.wake_queue(queue_id)
 
-    def _accept(self, queue: str, job: ClaimedJob) -> None:
+    def _accept(self, queue: Served, job: ClaimedJob) -> None:
         ctx = JobContext(
             job_id=job.job_id,
             attempt=job.attempt,
             fence=job.fence,
-            queue=queue,
-            queue_id=self._queue_ids[queue],
+            queue=queue.name,
+            queue_id=queue.queue_id,
             task=job.task,
             max_attempts=job.max_attempts,
         )
@@ -511,24 +543,39 @@ class Worker:
     async def _heartbeat_safely(self) -> BaseException | None:
         """One heartbeat, and the queues' limits read again; the error when the database
         could not be reached (logged), None otherwise (a refusal is logged: trying again at
-        once would not change it)."""
-        assert self.worker_id is not None
+        once would not change it). A worker serving several projects beats once for each of
+        its registrations, with the jobs held under it."""
         held = self._held()
+        several = len(self._worker_ids) > 1
         try:
-            sent_at = await self._reporter.heartbeat(self.worker_id, held)
-            self._answered_at = sent_at
-            # The reporter has set the signal of each job the database said was lost or
-            # cancelled: those leases were not extended.
-            live = (c for c in held if not c.is_cancelled)
-            self._leases.granted(((c.job_id, c.queue_id) for c in live), sent_at)
+            for worker_id in self._worker_ids.values():
+                mine = held
+                if several:
+                    mine = [c for c in held if self._worker_of_queue[c.queue_id] == worker_id]
+                try:
+                    sent_at = await self._reporter.heartbeat(
+                        worker_id, mine, queues=self._queues_of(worker_id) if several else None
+                    )
+                except CodityError as exc:  # CD005: someone deregistered this worker
+                    log.error("heartbeat refused: %s (%s)", exc.message, exc.sqlstate)
+                    continue
+                self._answered_at = sent_at
+                # The reporter has set the signal of each job the database said was lost
+                # or cancelled: those leases were not extended.
+                live = (c for c in mine if not c.is_cancelled)
+                self._leases.granted(((c.job_id, c.queue_id) for c in live), sent_at)
             await self._resolve_queues()
             health_file.touch()
         except TRANSIENT as exc:
             self._outage.failed("heartbeat", exc)
             return exc
-        except CodityError as exc:  # CD005: someone deregistered this worker
+        except CodityError as exc:  # CD004/CD005 reading the queues of a removed worker
             log.error("heartbeat refused: %s (%s)", exc.message, exc.sqlstate)
         return None
+
+    def _queues_of(self, worker_id: int) -> frozenset[int]:
+        """The queues whose jobs were claimed under the registration ``worker_id``."""
+        return frozenset(q for q, w in self._worker_of_queue.items() if w == worker_id)
 
     # -- fencing -----------------------------------------------------------------
 
@@ -695,6 +742,19 @@ class Worker:
                 if not already_waited(exc):
                     await backoff.wait(server=self._server, stop=stop)
         return None
+
+
+def _in_given_order(
+    specs: list[QueueSpec], project_ids: dict[str | None, int], by_project: dict[int, list[Served]]
+) -> list[Served]:
+    """The queues served, each once, in the order the specs name them (a project served
+    whole: its queues in name order, as codity.worker_queues gives them)."""
+    found: dict[int, Served] = {}
+    for spec in specs:
+        for served in by_project.get(project_ids[spec.project], []):
+            if spec.name is None or served.name == spec.name:
+                found.setdefault(served.queue_id, served)
+    return list(found.values())
 
 
 async def _forever(name: str, loop: Callable[[], Awaitable[None]]) -> None:
