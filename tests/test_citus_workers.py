@@ -16,6 +16,8 @@ ordered by sleeping: the tests poll the coordinator (tests/processes.py). Figure
   now runs; the completion is refused by the fence and recorded in fence_rejections.
 - LISTEN/NOTIFY: a job enqueued through the coordinator wakes an idle worker whose next poll
   is a minute away.
+- Tenants: one worker serving a queue of each of two projects, on different nodes, registers
+  once in each and runs each job once under its own project's registration.
 
 Break it: ``CODITY_FAULT=<name> ./test -m citus tests/test_citus_workers.py`` injects a fault
 of tests/faults.py into each test's database (then takes back the claim's plan setting, as
@@ -36,14 +38,16 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from codity.db import citus as citus_distribution
-from codity.worker import JobContext, Registry
+from codity.worker import JobContext, Registry, WorkerConfig
 from tests.citus import CitusCluster
 from tests.fault_tasks import create_tables
 from tests.faults import inject
 from tests.processes import CodityProcess, Probe, Processes, Ticker, wait_until
 from tests.sqlapi import NO_BACKOFF, create_queue_call, enqueue_many_call
+from tests.worker_runs import run_worker_until
 
 pytestmark = pytest.mark.citus
 
@@ -500,3 +504,71 @@ def test_enqueue_through_the_coordinator_wakes_an_idle_worker_before_its_poll(
         )
     _report("notify", pickup_ms=[round(float(ms), 1) for ms in pickups])
     assert all(float(ms) < 5000 for ms in pickups), pickups
+
+
+# -- 5. one worker, two tenants ------------------------------------------------------------------
+
+
+def test_one_worker_serves_two_projects_whose_queues_live_on_different_nodes(
+    citus_cluster: CitusCluster, cluster_url: str
+) -> None:
+    """``--queue first/mail --queue second/mail`` on the cluster: the worker finds each
+    project by slug through the coordinator (codity.find_project reads a reference table),
+    registers once in each, and runs each project's jobs once, under that project's row,
+    from shards on both worker nodes."""
+    with psycopg.connect(cluster_url, autocommit=True) as conn:
+        projects = {
+            slug: int(
+                conn.execute(
+                    "INSERT INTO codity.projects (org_id, slug, name)"
+                    " SELECT org_id, %s, %s FROM codity.projects WHERE is_default RETURNING id",
+                    [slug, slug],
+                ).fetchone()[0]  # type: ignore[index]
+            )
+            for slug in ("first", "second")
+        }
+        ports: dict[str, int] = {}
+        for slug, project in projects.items():
+            for spacer in range(20):  # until the two queues hash onto different nodes
+                [queue_id] = conn.execute(
+                    "SELECT queue_id FROM codity.create_queue('mail', p_project_id => %s)",
+                    [project],
+                ).fetchone()  # type: ignore[misc]
+                ports[slug] = citus_cluster.node_port_of(
+                    _dbname(cluster_url), "codity.jobs", queue_id
+                )
+                if slug == "first" or ports["second"] != ports["first"]:
+                    break
+                conn.execute("SELECT codity.delete_queue('mail', %s, true)", [project])
+                conn.execute(
+                    "SELECT codity.create_queue(%s, p_project_id => %s)",
+                    [f"spacer-{spacer}", project],
+                )
+            conn.execute(
+                "SELECT count(*) FROM codity.enqueue_many('mail', %s, %s)",
+                [Jsonb([{"task": "t"}] * 30), project],
+            )
+        assert ports["first"] != ports["second"], ports
+    ran: Counter[int] = Counter()
+    tenants = Registry()
+
+    @tenants.task("t")
+    async def handler(payload: Any, ctx: JobContext) -> None:
+        ran[ctx.job_id] += 1
+
+    config = WorkerConfig(queues=("first/mail", "second/mail"), concurrency=4, heartbeat_s=1.0)
+    run_worker_until(cluster_url, tenants, config, lambda: len(ran) >= 60, within=120)
+    assert set(ran.values()) == {1}, ran
+    with psycopg.connect(cluster_url, autocommit=True) as conn:
+        crossed = conn.execute(
+            "SELECT count(*) FROM codity.job_executions e"
+            " JOIN codity.queues q ON q.id = e.queue_id"
+            " JOIN codity.workers w ON w.id = e.worker_id"
+            " WHERE w.project_id <> q.project_id"
+        ).fetchone()
+        registered = conn.execute(
+            "SELECT array_agg(project_id ORDER BY project_id) FROM codity.workers"
+        ).fetchone()
+    assert crossed == (0,), crossed
+    assert registered == (sorted(projects.values()),), registered
+    _report("two tenants", nodes=sorted(ports.values()), jobs=len(ran))
