@@ -192,6 +192,20 @@ _NO_ISOLATION = (
     ),
 )
 
+# --- unlocked_release ------------------------------------------------------------------------
+# A workflow child counted down from the value its statement read before the other parent's
+# transaction committed, instead of from its row as locked: of two parents settled at once,
+# the second count overwrites the first, and the child waits for a parent that is done.
+_UNLOCKED_RELEASE = (
+    Patch(
+        "_settle_children.sql",
+        "j.deps_remaining - v_child.ok",
+        "(SELECT s.deps_remaining FROM codity.jobs s WHERE s.queue_id = j.queue_id AND s.id = j.id)"
+        " - v_child.ok  /* FAULT unlocked_release */",
+        count=2,
+    ),
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
@@ -201,6 +215,7 @@ _PATCHES: dict[str, tuple[Patch, ...]] = {
     "repeat_is_stale": _REPEAT_IS_STALE,
     "any_queue": _ANY_QUEUE,
     "no_isolation": _NO_ISOLATION,
+    "unlocked_release": _UNLOCKED_RELEASE,
 }
 
 FAULTS: dict[str, str] = {
@@ -212,6 +227,7 @@ FAULTS: dict[str, str] = {
     "repeat_is_stale": "a call repeated by its fence's owner is refused and recorded as stale",
     "any_queue": "claim ignores the worker's project and registered queues",
     "no_isolation": "claim hands out jobs with a crash on record in any batch",
+    "unlocked_release": "a workflow child is counted down from a value read before its row lock",
 }
 
 

@@ -135,6 +135,11 @@ _WORKER = (
         save="by_id",
     ),
     Call(
+        "dep_results",
+        "SELECT * FROM codity.dep_results(%(queue)s, %(job)s, %(fence)s)",
+        lambda env: {**_queue(env), **_one_by_id(env, 0)},
+    ),
+    Call(
         "start_many_in_queue",
         "SELECT * FROM codity.start_many_in_queue("
         "%(queue)s, %(jobs)s::bigint[], %(fences)s::integer[]{now})",
@@ -232,6 +237,12 @@ _WORKER = (
         lambda env: {"job": _claimed(env, 2)[0]},
     ),
     Call("backoff_delay", "SELECT codity.backoff_delay('exponential', 1000, 60000, 3, 1.0)"),
+    Call(
+        "enqueue_workflow",
+        'SELECT * FROM codity.enqueue_workflow(\'{"nodes": ['
+        '{"key": "a", "queue": "emails", "task": "wf.a"},'
+        ' {"key": "b", "queue": "emails", "task": "wf.b", "after": ["a"]}]}\'{now})',
+    ),
     Call(
         "deregister_worker",
         "SELECT codity.deregister_worker(%(worker)s{now})",

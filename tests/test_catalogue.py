@@ -137,6 +137,8 @@ REVIEWED_SECURITY_DEFINER = {
     "timestamp with time zone)",
     "codity.enqueue_many_in_queue(bigint,jsonb,timestamp with time zone)",
     "codity.enqueue_many(text,jsonb,bigint,timestamp with time zone)",
+    "codity.enqueue_workflow(jsonb,bigint,timestamp with time zone)",
+    "codity.dep_results(bigint,bigint,integer)",
     "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
     "codity.fail(bigint,integer,text,boolean,timestamp with time zone)",
     "codity.find_project(text)",
@@ -202,6 +204,8 @@ WORKER_PROTOCOL = {
     "enqueue_many",
     "worker_queues",
     "find_project",
+    "enqueue_workflow",
+    "dep_results",
     "get_job",
     "get_job_executions",
 }
@@ -233,6 +237,8 @@ READONLY_OPERATIONAL_TABLES = {
     "scheduled_jobs",
     "workers",
     "fence_rejections",
+    "workflows",
+    "job_deps",
 }
 
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")

@@ -172,6 +172,7 @@ def test_tabs_count_each_state_and_every_filter_key_narrows_the_list(
         everything = session.get("/jobs").text
         assert tab_counts(everything) == {
             "all": "7",
+            "waiting": "0",
             "scheduled": "0",
             "queued": "5",
             "running": "1",

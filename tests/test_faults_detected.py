@@ -18,12 +18,13 @@ from tests import sql_scenarios
 from tests import test_worker_faults as worker_faults
 from tests.faults import FAULTS, inject, patched_sources
 from tests.logins import login_role
-from tests.sqlapi import hold_one_job
+from tests.sqlapi import create_queue, hold_one_job
 from tests.test_call_outcomes import call_twice
 from tests.test_claim_concurrency import assert_no_job_handed_out_twice, run_claim_storm
 from tests.test_clock import play_with_moved_clock
 from tests.test_interleavings import requeue_and_reclaim, zombie_after_reap, zombie_batch_calls
 from tests.test_pg_temp_attack import MARK, play_with_and_without_shadows
+from tests.test_workflows import settle_both_at_once
 
 
 def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
@@ -36,6 +37,7 @@ def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
         "repeat_is_stale",
         "any_queue",
         "no_isolation",
+        "unlocked_release",
     }
     for name, description in FAULTS.items():
         assert description and "\n" not in description, name
@@ -154,3 +156,12 @@ def test_isolation_check_detects_a_suspect_claimed_with_healthy_jobs(db_url: str
         worker_faults.test_a_job_with_a_crash_on_record_is_claimed_alone_and_only_by_an_idle_worker(
             conn
         )
+
+
+def test_release_check_detects_a_child_counted_down_without_its_row_lock(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        create_queue(conn, "wf")
+        create_queue(conn, "kids")
+    inject(db_url, "unlocked_release")
+    outcomes = [settle_both_at_once(db_url, run % 2) for run in range(6)]
+    assert any(o != ("queued", 0, 1) for o in outcomes), outcomes

@@ -284,7 +284,46 @@ def _cancel_from(status: str) -> Callable[[Api], None]:
     return cancel
 
 
+def _workflow_child(api: Api, run_at: str | None = None) -> tuple[int, int]:
+    """A workflow of two nodes, the child after the parent: (parent, child), both ids."""
+    api.queue("wf")
+    child: dict[str, Any] = {"key": "child", "queue": "wf", "task": "t", "after": ["parent"]}
+    if run_at is not None:
+        child["run_at"] = run_at
+    spec = {"nodes": [{"key": "parent", "queue": "wf", "task": "t"}, child]}
+    nodes = dict(
+        api.conn.execute(
+            "SELECT node_key, job_id FROM codity.enqueue_workflow(%s)", [Jsonb(spec)]
+        ).fetchall()
+    )
+    assert api.status(nodes["child"]) == "waiting"
+    return int(nodes["parent"]), int(nodes["child"])
+
+
+def _release_from_waiting(run_at: str | None, status: str) -> Callable[[Api], None]:
+    def release(api: Api) -> None:
+        parent, child = _workflow_child(api, run_at)
+        worker = api.value("SELECT codity.register_worker('wf-worker', ARRAY['wf'])")
+        job, fence = api.row(
+            "SELECT job_id, fence FROM codity.claim(%s, 'wf', 1, p_start => true)", [worker]
+        )
+        assert job == parent
+        api.conn.execute("SELECT * FROM codity.complete(%s, %s)", [job, fence])
+        assert api.status(child) == status
+
+    return release
+
+
+def _cancel_waiting(api: Api) -> None:
+    _, child = _workflow_child(api)
+    api.cancel(child)
+    assert api.status(child) == "cancelled"
+
+
 TRANSITIONS: dict[tuple[str, str], Callable[[Api], None]] = {
+    ("waiting", "queued"): _release_from_waiting(None, "queued"),
+    ("waiting", "scheduled"): _release_from_waiting("2100-01-01T00:00:00Z", "scheduled"),
+    ("waiting", "cancelled"): _cancel_waiting,
     ("scheduled", "queued"): _promote,
     ("queued", "claimed"): _claim,
     ("claimed", "running"): _start,

@@ -68,6 +68,24 @@ def test_the_readme_sql_walkthrough_runs_in_psql_beside_the_demo(db_url: str) ->
     assert "completed" in done.stdout and '{"sent": true}' in done.stdout, done.stdout
 
 
+def test_the_readme_workflow_runs_in_psql(db_url: str) -> None:
+    """The workflow block, after the walkthrough (it uses its queue): the two roots complete
+    in one call, and only then is publish claimable, with both parents completed."""
+    walkthrough = readme_block("sql", "create_queue('readme'")
+    workflow = readme_block("sql", "enqueue_workflow(")
+    done = subprocess.run(
+        [_psql(), db_url, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+        input=walkthrough + workflow,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert " fetch    | completed" in out and " resize   | completed" in out, out
+
+
 def test_create_queue_in_the_walkthrough_changes_only_what_it_names(db_url: str) -> None:
     seed_demo(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:

@@ -110,6 +110,7 @@ def test_counts_stop_at_the_cap_and_say_so(
     by_state = {c["state"]: (c["count"], c["capped"]) for c in counts.json()["data"]}
     assert by_state == {
         "all": (10_000, True),
+        "waiting": (0, False),
         "scheduled": (0, False),
         "queued": (10_000, True),
         "running": (0, False),

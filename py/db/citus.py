@@ -80,6 +80,7 @@ REFERENCE_TABLES = (
     "job_transitions",
     "settings",
     "rollup_state",
+    "workflows",
 )
 
 # Left as plain tables of the coordinator, outside Citus: written on every rate-limited API
@@ -96,6 +97,7 @@ JOB_TABLES = (
     "queue_minutes",
     "queue_totals",
     "queue_limiters",
+    "job_deps",
 )
 
 # The bodies by queue id (DESIGN.md, "Room to scale out", rule 1): their first argument is

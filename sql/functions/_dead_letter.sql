@@ -30,7 +30,8 @@ BEGIN
     SET status = 'dead_letter', finished_at = p_now, lock_expires_at = NULL,
         last_error = coalesce(p_error, j.last_error), updated_at = p_now
     WHERE j.queue_id = p_queue_id AND j.id = p_job_id
-    RETURNING j.id, j.project_id, j.task, j.payload, j.priority, j.last_error, j.attempt
+    RETURNING j.id, j.project_id, j.task, j.payload, j.priority, j.last_error, j.attempt,
+              j.workflow_id
     INTO v_job;
     IF v_job.id IS NULL THEN
         RETURN NULL;
@@ -40,6 +41,9 @@ BEGIN
     VALUES (v_job.id, p_queue_id, v_job.project_id, v_job.task, v_job.payload, v_job.priority,
             p_reason, v_job.last_error, v_job.attempt, p_now)
     RETURNING id INTO v_dead_letter_id;
+    IF v_job.workflow_id IS NOT NULL THEN  -- a workflow node: what runs after it is told now
+        PERFORM codity._settle_children(p_queue_id, ARRAY[v_job.id], 'dead_letter', p_now);
+    END IF;
 
     RETURN v_dead_letter_id;
 END;

@@ -42,6 +42,9 @@ BEGIN
     IF v_job.status IN ('claimed', 'running') THEN
         PERFORM codity._close_attempt(v_job, 'cancelled', p_now, 'cancelled by an operator');
     END IF;
+    IF v_job.workflow_id IS NOT NULL THEN  -- a workflow node: what runs after it is told now
+        PERFORM codity._settle_children(v_job.queue_id, ARRAY[v_job.id], 'cancelled', p_now);
+    END IF;
     RETURN QUERY SELECT v_job.id, v_job.status, 'cancelled'::codity.job_status;
 END;
 $$;

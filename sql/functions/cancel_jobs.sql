@@ -37,6 +37,7 @@ DECLARE
     v_queue_id bigint;
     v_locked_ids bigint[];
     v_locked_statuses codity.job_status[];
+    v_nodes bigint[];
 BEGIN
     PERFORM codity._check_clock(p_now);
     v_ids := codity._bulk_job_ids(p_job_ids);
@@ -58,12 +59,19 @@ BEGIN
         ) AS l;
         v_found := v_found || v_locked_ids;
 
-        UPDATE codity.jobs j
-        SET status = 'cancelled', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
-        FROM unnest(v_locked_ids, v_locked_statuses) AS l(id, status)
-        WHERE j.queue_id = v_queue_id AND j.id = l.id
-          AND l.status IN (SELECT t.from_status FROM codity.job_transitions t
-                           WHERE t.to_status = 'cancelled');
+        WITH cancelled AS (
+            UPDATE codity.jobs j
+            SET status = 'cancelled', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
+            FROM unnest(v_locked_ids, v_locked_statuses) AS l(id, status)
+            WHERE j.queue_id = v_queue_id AND j.id = l.id
+              AND l.status IN (SELECT t.from_status FROM codity.job_transitions t
+                               WHERE t.to_status = 'cancelled')
+            RETURNING j.id, j.workflow_id
+        )
+        SELECT array_agg(c.id) FILTER (WHERE c.workflow_id IS NOT NULL) INTO v_nodes FROM cancelled c;
+        IF v_nodes IS NOT NULL THEN  -- workflow nodes: what runs after them is told now
+            PERFORM codity._settle_children(v_queue_id, v_nodes, 'cancelled', p_now);
+        END IF;
 
         -- A held job's attempt ends here: its execution row is written now (the job row
         -- still holds the attempt's worker and times).

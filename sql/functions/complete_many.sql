@@ -54,6 +54,7 @@ DECLARE
     v_claimed_at timestamptz[];
     v_started_at timestamptz[];
     v_results jsonb[];
+    v_nodes bigint[];
 BEGIN
     IF p_now IS DISTINCT FROM pg_catalog.now() THEN  -- the common case without a statement
         PERFORM codity._check_clock(p_now);
@@ -81,13 +82,14 @@ BEGIN
         WHERE j.queue_id = p_queue_id AND j.id = b.job_id
           AND j.execution_seq = b.fence AND j.status = 'running'
         RETURNING j.id, j.project_id, j.execution_seq, j.attempt, j.worker_id,
-                  j.claimed_at, j.started_at, b.result
+                  j.claimed_at, j.started_at, b.result, j.workflow_id
     )
     SELECT coalesce(array_agg(d.id), '{}'), array_agg(d.project_id),
            array_agg(d.execution_seq), array_agg(d.attempt), array_agg(d.worker_id),
-           array_agg(d.claimed_at), array_agg(d.started_at), array_agg(d.result)
+           array_agg(d.claimed_at), array_agg(d.started_at), array_agg(d.result),
+           array_agg(d.id) FILTER (WHERE d.workflow_id IS NOT NULL)
     INTO v_done, v_project_ids, v_fences, v_attempts, v_worker_ids, v_claimed_at,
-         v_started_at, v_results
+         v_started_at, v_results, v_nodes
     FROM done d;
 
     -- The execution rows in a statement of their own, from the arrays: an INSERT inside a
@@ -101,6 +103,12 @@ BEGIN
                 v_claimed_at, v_started_at, v_results)
          AS d(job_id, project_id, fence, attempt, worker_id, claimed_at, started_at,
               result);
+
+    -- Workflow nodes (never a plain job): the jobs that run after them are told in this
+    -- transaction, and the last parent's completion releases them (codity._settle_children).
+    IF v_nodes IS NOT NULL THEN
+        PERFORM codity._settle_children(p_queue_id, v_nodes, 'completed', p_now);
+    END IF;
 
     RETURN QUERY
     SELECT * FROM codity._fenced_batch_outcome(

@@ -64,6 +64,7 @@ BEGIN
             WHERE j.queue_id = v_queue.id
               AND j.finished_at < v_queue.completed_before
               AND j.status IN ('completed', 'cancelled')
+              AND (j.workflow_id IS NULL OR NOT codity._workflow_unfinished(j.workflow_id))
             ORDER BY j.finished_at
             LIMIT p_limit
             FOR UPDATE SKIP LOCKED
@@ -75,6 +76,7 @@ BEGIN
             WHERE j.queue_id = v_queue.id
               AND j.finished_at < v_queue.dead_before
               AND j.status = 'dead_letter'
+              AND (j.workflow_id IS NULL OR NOT codity._workflow_unfinished(j.workflow_id))
             ORDER BY j.finished_at
             LIMIT p_limit
             FOR UPDATE SKIP LOCKED

@@ -60,12 +60,21 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 JobStatus = Literal[
-    "scheduled", "queued", "claimed", "running", "completed", "failed", "dead_letter", "cancelled"
+    "waiting",
+    "scheduled",
+    "queued",
+    "claimed",
+    "running",
+    "completed",
+    "failed",
+    "dead_letter",
+    "cancelled",
 ]
 JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 
 TABS: dict[str, tuple[str, ...] | None] = {
     "all": None,
+    "waiting": ("waiting",),
     "scheduled": ("scheduled",),
     "queued": ("queued",),
     "running": ("claimed", "running"),

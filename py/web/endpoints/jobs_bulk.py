@@ -74,7 +74,7 @@ MAX_IDS = 1000
 Action = Literal["cancel", "retry"]
 
 APPLIES_TO: dict[str, tuple[str, ...]] = {
-    "cancel": ("scheduled", "queued", "claimed", "running"),
+    "cancel": ("waiting", "scheduled", "queued", "claimed", "running"),
     "retry": ("dead_letter",),
 }
 """The job statuses each action changes (codity.job_transitions: to cancelled, and the

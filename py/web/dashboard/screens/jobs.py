@@ -42,6 +42,7 @@ __all__ = ["PAGES", "scope_words"]
 _PAGE_SIZE = 50
 _TAB_LABELS = {
     "all": "All",
+    "waiting": "Waiting",
     "scheduled": "Scheduled",
     "queued": "Queued",
     "running": "Running",
