@@ -37,8 +37,15 @@ from tests.sqlapi import make_project
 Conn = psycopg.Connection[TupleRow]
 
 JOB_TABLES = frozenset(
-    {"jobs", "job_executions", "dead_letters", "queue_minutes", "queue_totals", "queue_limiters",
-     "job_deps"}
+    {
+        "jobs",
+        "job_executions",
+        "dead_letters",
+        "queue_minutes",
+        "queue_totals",
+        "queue_limiters",
+        "job_deps",
+    }
 )
 # Tables with a queue_id that stay off the distributed side, and why.
 SMALL_QUEUE_KEYED = {
