@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from codity.db.citus import JOB_TABLES
 from tests.citus import CitusCluster
 from tests.processes import Probe, Processes, wait_until
 from tests.sqlapi import create_queue_call, enqueue_many_call
@@ -78,7 +79,9 @@ def test_moving_a_busy_queues_shards_during_a_drain_loses_and_doubles_no_job(
         " ORDER BY 1",
         [queue],
     )
-    assert len(colocated) == 6 and {port for _, port in colocated} == {source}, colocated
+    assert len(colocated) == len(JOB_TABLES) and {port for _, port in colocated} == {source}, (
+        colocated
+    )
     for first in range(0, JOBS, 1000):
         probe.execute(
             *enqueue_many_call(
