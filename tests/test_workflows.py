@@ -426,3 +426,36 @@ def test_retention_keeps_a_workflow_until_every_node_has_finished(conn: psycopg.
     assert _status(conn, nodes["b"][0])[0] == "cancelled"
     conn.execute("SELECT codity.roll_up(now() + interval '1 year')")
     assert one(conn, later) == 3
+
+
+def test_an_async_handler_reads_its_parents_through_its_context(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """ctx.parent_results(): the parents by key with status, outcome and result; a plain
+    job gets none."""
+    create_queue(conn, "wf")
+    _enqueue(conn, {"nodes": [_node("a"), _node("b", "wf", {"key": "a"})]})
+    conn.execute("SELECT codity.enqueue('wf', 'plain')")
+    seen: dict[str, Any] = {}
+    registry = Registry()
+
+    @registry.task("t")
+    async def node(payload: Any, ctx: JobContext) -> dict[str, str]:
+        seen[payload["key"]] = await ctx.parent_results()
+        return {"made_by": payload["key"]}
+
+    @registry.task("plain")
+    async def plain(payload: Any, ctx: JobContext) -> None:
+        seen["plain"] = await ctx.parent_results()
+
+    config = WorkerConfig(queues=("wf",), concurrency=2, heartbeat_s=1.0)
+    run_worker_until(db_url, registry, config, lambda: len(seen) == 3)
+    assert seen["a"] == {} and seen["plain"] == {}
+    assert seen["b"] == {
+        "a": {
+            "job_id": seen["b"]["a"]["job_id"],
+            "status": "completed",
+            "outcome": "completed",
+            "result": {"made_by": "a"},
+        }
+    }

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import MutableMapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["JobContext", "JobLogger"]
@@ -31,6 +31,21 @@ class JobContext:
     queue_id: int
     task: str
     max_attempts: int
+    read_parents: Callable[[JobContext], Awaitable[list[dict[str, Any]]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """Set by the worker: how parent_results reads codity.dep_results."""
+
+    async def parent_results(self) -> dict[str, dict[str, Any]]:
+        """For a node of a workflow (codity.enqueue_workflow): the nodes it runs after, by
+        key, each with its ``job_id``, ``status``, ``outcome`` (completed; dead_letter or
+        cancelled through an edge marked "ignore") and the ``result`` its completion
+        recorded. One call to codity.dep_results, as the job's holder (its fence); empty
+        for a plain job. For async handlers; a sync handler calls codity.dep_results itself."""
+        if self.read_parents is None:
+            raise RuntimeError("parent_results is read through the worker running the job")
+        rows = await self.read_parents(self)
+        return {row.pop("node_key"): row for row in rows}
 
     @functools.cached_property
     def cancelled(self) -> asyncio.Event:

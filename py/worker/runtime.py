@@ -463,11 +463,19 @@ class Worker:
             queue_id=queue.queue_id,
             task=job.task,
             max_attempts=job.max_attempts,
+            read_parents=self._read_parents,
         )
         if job.crashes:
             ctx.logger.warning("its lease expired %d time(s) before: running it alone", job.crashes)
         self._waiting.append(_Waiting(ctx, job.payload, job.timeout_seconds, job.crashes > 0))
         self._start_waiting()
+
+    async def _read_parents(self, ctx: JobContext) -> list[dict[str, Any]]:
+        return await self._call(
+            "SELECT node_key, job_id, job_status::text AS status, outcome, result"
+            " FROM codity.dep_results(%s, %s, %s)",
+            [ctx.queue_id, ctx.job_id, ctx.fence],
+        )
 
     def _start_waiting(self) -> None:
         """Begin waiting jobs, oldest claim first, while a slot is free; never one whose
