@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from tests.test_lifecycle import Api
 
@@ -135,3 +136,42 @@ def test_a_claim_leaves_the_callers_scan_settings_as_they_were(history: Any, cal
         after = [conn.execute("SELECT current_setting(%s)", [n]).fetchone() for n in settings]
     assert len(claimed) == BATCH  # the pick had its index scan whatever the caller set
     assert after == [(caller,)] * len(settings)
+
+
+def test_jobs_waiting_in_a_workflow_cost_the_claim_and_the_batches_nothing(
+    history: Any,
+) -> None:
+    """Issue 27's zero cost for plain jobs: 19,998 workflow nodes waiting in the same queue
+    (their root in another, unclaimed), all ahead of the queue's queued jobs by priority,
+    and the claim still reads only the entries of the
+    jobs it takes, the batch calls only the held jobs: 'waiting' is in neither partial
+    index. Break it: put waiting into the claim index's predicate and the claim reads its
+    way through them, 19,998 entries, to the first queued job."""
+    queue_id, worker, conn = history
+    conn.execute("SELECT codity.create_queue('roots')")
+    nodes = [{"key": "root", "queue": "roots", "task": "root"}] + [
+        {"key": f"n{i}", "queue": "history", "task": "noop", "priority": 1000, "after": ["root"]}
+        for i in range(9_999)
+    ]
+    waiting = 0
+    for _ in range(2):  # a workflow holds at most 10,000 nodes
+        found = conn.execute(
+            "SELECT count(*) FILTER (WHERE job_status = 'waiting')"
+            " FROM codity.enqueue_workflow(%s)",
+            [Jsonb({"nodes": nodes})],
+        ).fetchone()
+        waiting += found[0] if found else 0
+    assert waiting == 19_998
+    for _ in range(2):
+        claimed, read = _call(
+            conn, "SELECT job_id, fence FROM codity.claim_in_queue(%s, %s, %s, p_start => true)",
+            [queue_id, worker, BATCH],
+        )  # fmt: skip
+        assert len(claimed) == BATCH
+        assert set(read) == {"jobs_claim_idx"} and read["jobs_claim_idx"] <= 2 * BATCH, read
+    outcomes, read = _call(
+        conn, "SELECT outcome::text FROM codity.complete_many_in_queue(%s, %s, %s)",
+        [queue_id, [r[0] for r in claimed], [r[1] for r in claimed]],
+    )  # fmt: skip
+    assert outcomes == [("applied",)] * BATCH
+    assert sum(read.values()) <= RUNNING + 4 * BATCH, read
