@@ -170,6 +170,7 @@ class Worker:
         self._leases = Leases()
         self._turn = 0  # claim rounds so far: where the next one starts (fair_share.in_turn)
         self._weights: dict[int, float] = {}  # by queue id (queues.weight); 1 until read
+        self._parents_reader = self._read_parents  # bound once, not once per claimed job
         # Queues where a claim failed on a lost connection: it may have committed, and its
         # jobs are given back before the next claim there (codity.release_lost_claims_in_queue).
         self._lost_claims: set[int] = set()
@@ -463,7 +464,7 @@ class Worker:
             queue_id=queue.queue_id,
             task=job.task,
             max_attempts=job.max_attempts,
-            read_parents=self._read_parents,
+            read_parents=self._parents_reader,
         )
         if job.crashes:
             ctx.logger.warning("its lease expired %d time(s) before: running it alone", job.crashes)

@@ -57,6 +57,7 @@ DECLARE
     v_to integer[] := '{}';
     v_policies text[] := '{}';
     v_indegree integer[];
+    v_parents integer[];
     v_depth integer[];
     v_first integer[];
     v_by_parent integer[];
@@ -225,6 +226,7 @@ BEGIN
     FOR k IN 1 .. cardinality(v_to) LOOP
         v_indegree[v_to[k]] := v_indegree[v_to[k]] + 1;
     END LOOP;
+    v_parents := v_indegree;  -- each node's number of parents: Kahn's pass counts it down
     -- Children by parent: v_by_parent[v_first[p] .. v_first[p + 1] - 1].
     v_by_parent := ARRAY(SELECT e.c FROM unnest(v_from, v_to) AS e(p, c) ORDER BY e.p, e.c);
     v_first := ARRAY(
@@ -283,10 +285,6 @@ BEGIN
         RETURN;
     END;
     v_ids := ARRAY(SELECT pg_catalog.nextval('codity.jobs_id_seq') FROM generate_series(1, v_n));
-    v_indegree := array_fill(0, ARRAY[v_n]);
-    FOR k IN 1 .. cardinality(v_to) LOOP
-        v_indegree[v_to[k]] := v_indegree[v_to[k]] + 1;
-    END LOOP;
     INSERT INTO codity.jobs AS j
         (id, queue_id, project_id, task, payload, priority, status, run_at, max_attempts,
          workflow_id, node_key, deps_remaining, created_at, updated_at)
@@ -294,12 +292,12 @@ BEGIN
     SELECT v_ids[s.ord], v_queue_ids[s.ord], v_project_id, s.node ->> 'task',
            coalesce(s.node -> 'payload', '{}'::jsonb),
            coalesce((s.node ->> 'priority')::smallint, 0::smallint),
-           CASE WHEN v_indegree[s.ord] > 0 THEN 'waiting'::codity.job_status
+           CASE WHEN v_parents[s.ord] > 0 THEN 'waiting'::codity.job_status
                 WHEN coalesce((s.node ->> 'run_at')::timestamptz, p_now) <= p_now THEN 'queued'::codity.job_status
                 ELSE 'scheduled'::codity.job_status END,
            coalesce((s.node ->> 'run_at')::timestamptz, p_now),
            coalesce((s.node ->> 'max_attempts')::integer, (v_default_attempts ->> v_queue_names[s.ord])::integer),
-           v_workflow_id, v_keys[s.ord], v_indegree[s.ord], p_now, p_now
+           v_workflow_id, v_keys[s.ord], v_parents[s.ord], p_now, p_now
     FROM jsonb_array_elements(v_nodes) WITH ORDINALITY AS s(node, ord)
     ORDER BY s.ord;
     INSERT INTO codity.job_deps
@@ -311,13 +309,13 @@ BEGIN
     PERFORM codity._notify(q.id)
     FROM codity.queues q
     WHERE q.id IN (SELECT v_queue_ids[g] FROM generate_series(1, v_n) AS g
-                   WHERE v_indegree[g] = 0
+                   WHERE v_parents[g] = 0
                      AND coalesce((v_nodes -> (g - 1) ->> 'run_at')::timestamptz, p_now) <= p_now)
       AND NOT q.is_paused;
 
     RETURN QUERY
     SELECT v_workflow_id, v_keys[g], v_ids[g], v_queue_ids[g],
-           CASE WHEN v_indegree[g] > 0 THEN 'waiting'::codity.job_status
+           CASE WHEN v_parents[g] > 0 THEN 'waiting'::codity.job_status
                 WHEN coalesce((v_nodes -> (g - 1) ->> 'run_at')::timestamptz, p_now) <= p_now THEN 'queued'::codity.job_status
                 ELSE 'scheduled'::codity.job_status END,
            true
