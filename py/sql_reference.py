@@ -41,6 +41,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "CD005": "worker not active: it deregistered or was declared dead",
     "CD006": "unknown schedule",
     "CD007": "unknown dead letter",
+    "CD008": "unknown workflow or batch",
     "CD010": "invalid argument (NULL, out of range, malformed)",
     "CD011": "payload or result larger than 64 KB",
     "CD012": "invalid cron expression",

@@ -202,7 +202,7 @@ _UNLOCKED_RELEASE = (
         "j.deps_remaining - v_child.ok",
         "(SELECT s.deps_remaining FROM codity.jobs s WHERE s.queue_id = j.queue_id AND s.id = j.id)"
         " - v_child.ok  /* FAULT unlocked_release */",
-        count=2,
+        count=5,
     ),
 )
 

@@ -244,6 +244,24 @@ _WORKER = (
         ' {"key": "b", "queue": "emails", "task": "wf.b", "after": ["a"]}]}\'{now})',
     ),
     Call(
+        "create_batch",
+        'SELECT * FROM codity.create_batch(\'{"open": true,'
+        ' "jobs": [{"queue": "emails", "task": "b.one"}],'
+        ' "callbacks": {"all_done": {"queue": "emails", "task": "b.done"}}}\'{now})',
+        save="batch",
+    ),
+    Call(
+        "add_to_batch",
+        "SELECT * FROM codity.add_to_batch(%(batch)s,"
+        ' \'[{"queue": "emails", "task": "b.two"}]\'{now})',
+        lambda env: {"batch": env["batch"][0]["batch_id"]},
+    ),
+    Call(
+        "seal_batch",
+        "SELECT callback, job_status FROM codity.seal_batch(%(batch)s{now})",
+        lambda env: {"batch": env["batch"][0]["batch_id"]},
+    ),
+    Call(
         "deregister_worker",
         "SELECT codity.deregister_worker(%(worker)s{now})",
         lambda env: {"worker": env["worker"][0]["register_worker"]},
@@ -329,6 +347,29 @@ _APP = (
         "cancel_jobs",
         "SELECT * FROM codity.cancel_jobs(ARRAY[%(job)s, %(dead)s]::bigint[]{now})",
         lambda env: {"job": env["to_bulk_cancel"][0]["job_id"], "dead": env["dead_jobs"][0]},
+    ),
+    Call(
+        "enqueue_workflow",
+        'SELECT * FROM codity.enqueue_workflow(\'{"nodes": ['
+        '{"key": "a", "queue": "webhooks", "task": "wf.a"},'
+        ' {"key": "b", "queue": "webhooks", "task": "wf.b", "after": ["a"]},'
+        ' {"key": "c", "queue": "webhooks", "task": "wf.c", "after": ["b"]}]}\'{now})',
+        save="flow",
+    ),
+    Call(
+        "skip_node",
+        "SELECT * FROM codity.skip_node(%(flow)s, 'a'{now})",
+        lambda env: {"flow": env["flow"][0]["workflow_id"]},
+    ),
+    Call(
+        "cancel_workflow",
+        "SELECT * FROM codity.cancel_workflow(%(flow)s{now})",
+        lambda env: {"flow": env["flow"][0]["workflow_id"]},
+    ),
+    Call(
+        "retry_workflow",
+        "SELECT * FROM codity.retry_workflow(%(flow)s{now})",
+        lambda env: {"flow": env["flow"][0]["workflow_id"]},
     ),
     Call("sweep_workers", "SELECT * FROM codity.sweep_workers({now_only})"),
     Call("reap", "SELECT * FROM codity.reap({now_only})"),

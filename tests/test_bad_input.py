@@ -359,6 +359,21 @@ CASES = [
         NotFound,
         ("dead letter 987654",),
     ),
+    # CD008 unknown workflow or batch
+    Case(
+        "cancel-unknown-workflow",
+        "SELECT * FROM codity.cancel_workflow(987654)",
+        "CD008",
+        NotFound,
+        ("workflow 987654",),
+    ),
+    Case(
+        "seal-unknown-batch",
+        "SELECT * FROM codity.seal_batch(987654)",
+        "CD008",
+        NotFound,
+        ("batch 987654",),
+    ),
     # CD010 bad argument
     Case(
         "priority-above-range",

@@ -291,7 +291,7 @@ def _workflow_child(api: Api, run_at: str | None = None) -> tuple[int, int]:
     if run_at is not None:
         child["run_at"] = run_at
     spec = {"nodes": [{"key": "parent", "queue": "wf", "task": "t"}, child]}
-    nodes = dict(
+    nodes: dict[str, int] = dict(
         api.conn.execute(
             "SELECT node_key, job_id FROM codity.enqueue_workflow(%s)", [Jsonb(spec)]
         ).fetchall()
@@ -320,10 +320,99 @@ def _cancel_waiting(api: Api) -> None:
     assert api.status(child) == "cancelled"
 
 
+def _settled_workflow(
+    api: Api, nodes: list[dict[str, Any]], fail: frozenset[str] = frozenset()
+) -> tuple[int, dict[str, int]]:
+    """Enqueue a workflow in queue wf (one attempt a job) and run it to the end, the nodes in
+    ``fail`` dead-lettered: (workflow id, job ids by key)."""
+    api.queue("wf", max_attempts=1)
+    spec = {"nodes": [{"queue": "wf", "task": "t", **node} for node in nodes]}
+    rows = api.conn.execute(
+        "SELECT workflow_id, node_key, job_id FROM codity.enqueue_workflow(%s, p_now => %s)",
+        [Jsonb(spec), T0],
+    ).fetchall()
+    ids = {str(key): int(job) for _, key, job in rows}
+    key_of = {job: key for key, job in ids.items()}
+    worker = api.worker("wf-worker")
+    while claimed := api.claim(worker, "wf", 10):
+        for c in claimed:
+            api.start(c)
+            if key_of[c.job_id] in fail:
+                api.fail(c, retryable=False)
+            else:
+                api.complete(c)
+    return int(rows[0][0]), ids
+
+
+def _enqueued_workflow(api: Api, nodes: list[dict[str, Any]]) -> tuple[int, dict[str, int]]:
+    api.queue("wf")
+    spec = {"nodes": [{"queue": "wf", "task": "t", **node} for node in nodes]}
+    rows = api.conn.execute(
+        "SELECT workflow_id, node_key, job_id FROM codity.enqueue_workflow(%s)", [Jsonb(spec)]
+    ).fetchall()
+    return int(rows[0][0]), {str(key): int(job) for _, key, job in rows}
+
+
+def _retry_to(
+    mode: str, nodes: list[dict[str, Any]], fail: frozenset[str], key: str, status: str
+) -> Callable[[Api], None]:
+    """retry_workflow(mode) after the nodes ran (those in ``fail`` dead-lettered): the node
+    ``key`` ends in ``status``. A key "!a" cancels node a first."""
+
+    def retry(api: Api) -> None:
+        workflow, ids = _settled_workflow(api, nodes, fail)
+        if key.startswith("!"):
+            api.cancel(ids[key[1:]])
+        api.conn.execute("SELECT * FROM codity.retry_workflow(%s, %s)", [workflow, mode])
+        assert api.status(ids[key.lstrip("!")]) == status
+
+    return retry
+
+
+def _skip_from(status: str) -> Callable[[Api], None]:
+    """skip_node on a node in ``status``: completed without running."""
+
+    def skip(api: Api) -> None:
+        if status == "dead_letter":
+            workflow, ids = _settled_workflow(api, [{"key": "a"}], frozenset({"a"}))
+        else:
+            a: dict[str, Any] = {"key": "a"}
+            if status == "scheduled":
+                a["run_at"] = "2100-01-01T00:00:00Z"
+            workflow, ids = _enqueued_workflow(api, [a, {"key": "b", "after": ["a"]}])
+            if status == "cancelled":
+                api.cancel(ids["a"])
+        key = "b" if status == "waiting" else "a"
+        assert api.status(ids[key]) == status
+        api.conn.execute("SELECT * FROM codity.skip_node(%s, %s)", [workflow, key])
+        assert api.status(ids[key]) == "completed"
+
+    return skip
+
+
+_CHAIN: list[dict[str, Any]] = [{"key": "a"}, {"key": "b", "after": ["a"]}]
+_IGNORED: list[dict[str, Any]] = [
+    {"key": "a"},
+    {"key": "b", "after": [{"key": "a", "on_failure": "ignore"}]},
+]
+_LATER: list[dict[str, Any]] = [{"key": "a", "run_at": "2100-01-01T00:00:00Z"}]
+
 TRANSITIONS: dict[tuple[str, str], Callable[[Api], None]] = {
     ("waiting", "queued"): _release_from_waiting(None, "queued"),
     ("waiting", "scheduled"): _release_from_waiting("2100-01-01T00:00:00Z", "scheduled"),
     ("waiting", "cancelled"): _cancel_waiting,
+    ("completed", "queued"): _retry_to("all", _CHAIN, frozenset(), "a", "queued"),
+    ("completed", "waiting"): _retry_to("all", _CHAIN, frozenset(), "b", "waiting"),
+    ("dead_letter", "waiting"): _retry_to(
+        "failed", _IGNORED, frozenset({"a", "b"}), "b", "waiting"
+    ),
+    ("cancelled", "waiting"): _retry_to("failed", _CHAIN, frozenset({"a"}), "b", "waiting"),
+    ("cancelled", "queued"): _retry_to("failed", _LATER, frozenset(), "!a", "queued"),
+    ("waiting", "completed"): _skip_from("waiting"),
+    ("scheduled", "completed"): _skip_from("scheduled"),
+    ("queued", "completed"): _skip_from("queued"),
+    ("dead_letter", "completed"): _skip_from("dead_letter"),
+    ("cancelled", "completed"): _skip_from("cancelled"),
     ("scheduled", "queued"): _promote,
     ("queued", "claimed"): _claim,
     ("claimed", "running"): _start,

@@ -308,9 +308,27 @@ BAD = [
     ("unknown queue", {"nodes": [_node("a", "nowhere")]}, "CD001", '"nowhere"'),
     (
         "bad policy",
-        {"nodes": [_node("a"), _node("b", "wf", {"key": "a", "on_failure": "hold"})]},
+        {"nodes": [_node("a"), _node("b", "wf", {"key": "a", "on_failure": "sometimes"})]},
         "CD010",
         "on_failure",
+    ),
+    (
+        "a workflow that runs on failure",
+        {"on_failure": "run", "nodes": [_node("a")]},
+        "CD010",
+        'on_failure is "cancel", "ignore" or "hold"',
+    ),
+    (
+        "a run edge beside another",
+        {
+            "nodes": [
+                _node("a"),
+                _node("b"),
+                _node("c", "wf", {"key": "a", "on_failure": "run"}, "b"),
+            ]
+        },
+        "CD010",
+        'either every edge of a node is "run" or none is',
     ),
     (
         "a node key",

@@ -5,7 +5,8 @@ docs/SQL_API.md). Python branches on the code, never on message text::
 
     CodityError                  any error raised by a codity.* function
     ├── NotFound                 CD001 queue, CD002 project, CD003 job, CD004 worker,
-    │                            CD006 schedule, CD007 dead letter
+    │                            CD006 schedule, CD007 dead letter,
+    │                            CD008 workflow or batch
     ├── InvalidInput             CD010 argument, CD011 payload size, CD012 cron, CD013 time zone
     ├── WorkerNotActive          CD005 the worker is stopped or was declared dead
     ├── IllegalTransition        CD020 a lifecycle transition the state diagram forbids
@@ -134,6 +135,7 @@ SQLSTATES: dict[str, type[CodityError]] = {
     "CD005": WorkerNotActive,
     "CD006": NotFound,
     "CD007": NotFound,
+    "CD008": NotFound,
     "CD010": InvalidInput,
     "CD011": InvalidInput,
     "CD012": InvalidInput,

@@ -68,6 +68,7 @@ _NOT_FOUND = {
     "CD004": "worker",
     "CD006": "schedule",
     "CD007": "dead letter",
+    "CD008": "workflow",
 }
 
 

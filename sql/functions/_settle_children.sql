@@ -7,10 +7,14 @@
 -- 1. The parents' open edges are resolved with the outcome (once: a repeated call after a
 --    lost COMMIT finds them resolved and does nothing).
 -- 2. Each child is told: deps_remaining goes down by the edges that count as settled (the
---    parent completed, or its edge says 'ignore'); an edge 'cancel' from a dead-lettered or
---    cancelled parent cancels the child. A child still waiting whose count reaches 0
---    becomes queued (scheduled when its run_at is later), in this transaction, and its
---    queue's workers are woken.
+--    parent completed or was skipped, or its edge says 'ignore' or 'run'); an edge 'cancel'
+--    from a dead-lettered or cancelled parent cancels the child; an edge 'hold' from one
+--    leaves the child waiting, its count unchanged, until an operator retries or skips that
+--    parent (codity.retry_workflow, skip_node, replay_dead_letter reopen the edge). A child
+--    still waiting whose count reaches 0 becomes queued (scheduled when its run_at is later),
+--    in this transaction, and its queue's workers are woken. A child on 'run' edges (every
+--    edge of such a child is one) is released by the first dead-lettered parent, and
+--    cancelled when its count reaches 0 without one.
 -- 3. A child cancelled so settles its own children the same way, level after level.
 --
 -- Exactly once: every change to a child is an UPDATE of its row under the row lock, which
@@ -39,6 +43,8 @@ DECLARE
     v_depths integer[] := '{}';
     v_ok integer[] := '{}';      -- 1 when the edge counts as settled
     v_cancel integer[] := '{}';  -- 1 when the edge cancels the child
+    v_fire integer[] := '{}';    -- 1 when the edge releases the child now ('run', dead parent)
+    v_watch integer[] := '{}';   -- 1 when the edge is 'run'
     v_depth integer;
     v_level record;
     v_queue bigint;
@@ -56,9 +62,13 @@ BEGIN
     SELECT coalesce(pg_catalog.array_agg(d.child_queue_id), '{}'),
            coalesce(pg_catalog.array_agg(d.child_id), '{}'),
            coalesce(pg_catalog.array_agg(d.child_depth), '{}'),
-           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome = 'completed' OR d.on_failure = 'ignore' THEN 1 ELSE 0 END), '{}'),
-           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome <> 'completed' AND d.on_failure = 'cancel' THEN 1 ELSE 0 END), '{}')
-    INTO v_queues, v_ids, v_depths, v_ok, v_cancel
+           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome IN ('completed', 'skipped')
+                                                   OR d.on_failure IN ('ignore', 'run') THEN 1 ELSE 0 END), '{}'),
+           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome NOT IN ('completed', 'skipped')
+                                                   AND d.on_failure = 'cancel' THEN 1 ELSE 0 END), '{}'),
+           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome = 'dead_letter' AND d.on_failure = 'run' THEN 1 ELSE 0 END), '{}'),
+           coalesce(pg_catalog.array_agg(CASE WHEN d.on_failure = 'run' THEN 1 ELSE 0 END), '{}')
+    INTO v_queues, v_ids, v_depths, v_ok, v_cancel, v_fire, v_watch
     FROM resolved AS d;
 
     WHILE cardinality(v_ids) > 0 LOOP
@@ -67,17 +77,23 @@ BEGIN
         SELECT pg_catalog.array_agg(c.q ORDER BY c.q, c.id) AS queues,
                pg_catalog.array_agg(c.id ORDER BY c.q, c.id) AS ids,
                pg_catalog.array_agg(c.ok ORDER BY c.q, c.id) AS ok,
-               pg_catalog.array_agg(c.cancel ORDER BY c.q, c.id) AS cancel
+               pg_catalog.array_agg(c.cancel ORDER BY c.q, c.id) AS cancel,
+               pg_catalog.array_agg(c.fire ORDER BY c.q, c.id) AS fire,
+               pg_catalog.array_agg(c.watch ORDER BY c.q, c.id) AS watch
         INTO v_level
-        FROM (SELECT e.q, e.id, pg_catalog.sum(e.ok)::integer AS ok, pg_catalog.sum(e.cancel)::integer AS cancel
-              FROM unnest(v_queues, v_ids, v_depths, v_ok, v_cancel) AS e(q, id, depth, ok, cancel)
+        FROM (SELECT e.q, e.id, pg_catalog.sum(e.ok)::integer AS ok, pg_catalog.sum(e.cancel)::integer AS cancel,
+                     pg_catalog.sum(e.fire)::integer AS fire, pg_catalog.sum(e.watch)::integer AS watch
+              FROM unnest(v_queues, v_ids, v_depths, v_ok, v_cancel, v_fire, v_watch)
+                   AS e(q, id, depth, ok, cancel, fire, watch)
               WHERE e.depth = v_depth
               GROUP BY e.q, e.id) AS c;
         SELECT coalesce(pg_catalog.array_agg(e.q), '{}'), coalesce(pg_catalog.array_agg(e.id), '{}'),
                coalesce(pg_catalog.array_agg(e.depth), '{}'), coalesce(pg_catalog.array_agg(e.ok), '{}'),
-               coalesce(pg_catalog.array_agg(e.cancel), '{}')
-        INTO v_queues, v_ids, v_depths, v_ok, v_cancel
-        FROM unnest(v_queues, v_ids, v_depths, v_ok, v_cancel) AS e(q, id, depth, ok, cancel)
+               coalesce(pg_catalog.array_agg(e.cancel), '{}'), coalesce(pg_catalog.array_agg(e.fire), '{}'),
+               coalesce(pg_catalog.array_agg(e.watch), '{}')
+        INTO v_queues, v_ids, v_depths, v_ok, v_cancel, v_fire, v_watch
+        FROM unnest(v_queues, v_ids, v_depths, v_ok, v_cancel, v_fire, v_watch)
+             AS e(q, id, depth, ok, cancel, fire, watch)
         WHERE e.depth <> v_depth;
 
         FOR v_queue IN SELECT DISTINCT q FROM unnest(v_level.queues) AS q ORDER BY q LOOP
@@ -87,20 +103,28 @@ BEGIN
             v_cancelled := '{}';
             v_queued := false;
             FOR v_child IN
-                SELECT c.id, c.ok, c.cancel
-                FROM unnest(v_level.queues, v_level.ids, v_level.ok, v_level.cancel) AS c(q, id, ok, cancel)
+                SELECT c.id, c.ok, c.cancel, c.fire, c.watch
+                FROM unnest(v_level.queues, v_level.ids, v_level.ok, v_level.cancel, v_level.fire, v_level.watch)
+                     AS c(q, id, ok, cancel, fire, watch)
                 WHERE c.q = v_queue
                 ORDER BY c.id
             LOOP
+                -- A 'run' child whose last watched parent settled with none dead: cancelled.
                 UPDATE codity.jobs j
                 SET deps_remaining = j.deps_remaining - v_child.ok,
-                    status = CASE WHEN v_child.cancel > 0 THEN 'cancelled'::codity.job_status
-                                  WHEN j.deps_remaining - v_child.ok > 0 THEN 'waiting'::codity.job_status
+                    status = CASE WHEN v_child.cancel > 0
+                                       OR (v_child.watch > 0 AND v_child.fire = 0 AND j.deps_remaining - v_child.ok <= 0)
+                                  THEN 'cancelled'::codity.job_status
+                                  WHEN v_child.fire = 0 AND j.deps_remaining - v_child.ok > 0 THEN 'waiting'::codity.job_status
                                   WHEN j.run_at <= p_now THEN 'queued'::codity.job_status
                                   ELSE 'scheduled'::codity.job_status END,
-                    finished_at = CASE WHEN v_child.cancel > 0 THEN p_now END,
+                    finished_at = CASE WHEN v_child.cancel > 0
+                                            OR (v_child.watch > 0 AND v_child.fire = 0 AND j.deps_remaining - v_child.ok <= 0)
+                                       THEN p_now END,
                     last_error = CASE WHEN v_child.cancel > 0
                                       THEN 'cancelled: a job it runs after did not complete'
+                                      WHEN v_child.watch > 0 AND v_child.fire = 0 AND j.deps_remaining - v_child.ok <= 0
+                                      THEN 'cancelled: no job it watches was dead-lettered'
                                       ELSE j.last_error END,
                     updated_at = p_now
                 WHERE j.queue_id = v_queue AND j.id = v_child.id AND j.status = 'waiting'
@@ -125,8 +149,9 @@ BEGIN
                 )
                 SELECT pg_catalog.array_agg(d.child_queue_id) AS queues, pg_catalog.array_agg(d.child_id) AS ids,
                        pg_catalog.array_agg(d.child_depth) AS depths,
-                       pg_catalog.array_agg(CASE WHEN d.on_failure = 'ignore' THEN 1 ELSE 0 END) AS ok,
-                       pg_catalog.array_agg(CASE WHEN d.on_failure = 'cancel' THEN 1 ELSE 0 END) AS cancel
+                       pg_catalog.array_agg(CASE WHEN d.on_failure IN ('ignore', 'run') THEN 1 ELSE 0 END) AS ok,
+                       pg_catalog.array_agg(CASE WHEN d.on_failure = 'cancel' THEN 1 ELSE 0 END) AS cancel,
+                       pg_catalog.array_agg(CASE WHEN d.on_failure = 'run' THEN 1 ELSE 0 END) AS watch
                 INTO v_more
                 FROM resolved AS d;
                 IF v_more.ids IS NOT NULL THEN
@@ -135,6 +160,8 @@ BEGIN
                     v_depths := v_depths || v_more.depths;
                     v_ok := v_ok || v_more.ok;
                     v_cancel := v_cancel || v_more.cancel;
+                    v_fire := v_fire || array_fill(0, ARRAY[cardinality(v_more.ids)]);
+                    v_watch := v_watch || v_more.watch;
                 END IF;
             END IF;
         END LOOP;
@@ -143,6 +170,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION codity._settle_children(bigint, bigint[], text, timestamptz) IS
-'Private: resolve the workflow edges of settled parents (completed, dead_letter or cancelled) and release, count down or cancel their children, level by level, in the same transaction.';
+'Private: resolve the workflow edges of settled parents (completed, skipped, dead_letter or cancelled) and release, count down or cancel their children, level by level, in the same transaction.';
 
 REVOKE ALL ON FUNCTION codity._settle_children(bigint, bigint[], text, timestamptz) FROM PUBLIC;

@@ -37,15 +37,20 @@ BEGIN
     SELECT p.node_key, p.id, p.queue_id, p.status, d.resolved, e.result
     FROM codity.job_deps d
     JOIN codity.jobs p ON p.queue_id = d.queue_id AND p.id = d.parent_id
-    LEFT JOIN codity.job_executions e
-           ON e.queue_id = p.queue_id AND e.job_id = p.id AND e.status = 'completed'
+    -- The latest completed run: a node retried with its workflow has run more than once.
+    LEFT JOIN LATERAL (
+        SELECT x.result FROM codity.job_executions x
+        WHERE x.queue_id = p.queue_id AND x.job_id = p.id AND x.status = 'completed'
+        ORDER BY x.execution_seq DESC
+        LIMIT 1
+    ) AS e ON true
     WHERE d.child_queue_id = p_queue_id AND d.child_id = p_job_id
     ORDER BY p.node_key;
 END;
 $$;
 
 COMMENT ON FUNCTION codity.dep_results(bigint, bigint, integer) IS
-'The nodes a workflow job runs after: key, job, queue, status, outcome (completed, dead_letter, cancelled; NULL while unsettled) and the result its completion recorded.
+'The nodes a workflow job runs after: key, job, queue, status, outcome (completed, skipped, dead_letter, cancelled; NULL while unsettled) and the result its completion recorded.
 
 For the job''s holder: the job must be claimed or running under p_fence. Raises CD003
 otherwise. A plain job has no parents: no row.

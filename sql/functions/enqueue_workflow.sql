@@ -37,7 +37,7 @@ DECLARE
     v_nodes jsonb := p_spec -> 'nodes';
     v_n integer;
     v_workflow_id bigint;
-    v_distributed boolean := false;
+    v_kind text;
     v_node jsonb;
     v_problem text;
     v_keys text[] := '{}';
@@ -51,6 +51,8 @@ DECLARE
     v_edge jsonb;
     v_parent text;
     v_policy text;
+    v_default_policy text := coalesce(p_spec ->> 'on_failure', 'cancel');
+    v_runs integer;
     v_parent_ord integer;
     -- Edges by position: parent, child, policy.
     v_from integer[] := '{}';
@@ -76,10 +78,14 @@ BEGIN
             USING ERRCODE = 'CD010',
                   HINT = 'Example: {"nodes": [{"key": "a", "queue": "q", "task": "t"}, {"key": "b", "queue": "q", "task": "t", "after": ["a"]}]}';
     END IF;
-    IF p_spec - ARRAY['name', 'idempotency_key', 'nodes'] <> '{}'::jsonb THEN
-        RAISE EXCEPTION 'unknown key "%" in the workflow (allowed: name, idempotency_key, nodes)',
-            (SELECT k.key FROM jsonb_object_keys(p_spec - ARRAY['name', 'idempotency_key', 'nodes']) AS k(key) LIMIT 1)
+    IF p_spec - ARRAY['name', 'idempotency_key', 'on_failure', 'nodes'] <> '{}'::jsonb THEN
+        RAISE EXCEPTION 'unknown key "%" in the workflow (allowed: name, idempotency_key, on_failure, nodes)',
+            (SELECT k.key FROM jsonb_object_keys(p_spec - ARRAY['name', 'idempotency_key', 'on_failure', 'nodes']) AS k(key) LIMIT 1)
             USING ERRCODE = 'CD010';
+    END IF;
+    IF p_spec ? 'on_failure' AND NOT coalesce((p_spec ->> 'on_failure') = ANY (ARRAY['cancel', 'ignore', 'hold']), false) THEN
+        RAISE EXCEPTION 'a workflow''s on_failure is "cancel", "ignore" or "hold", got %', p_spec -> 'on_failure'
+            USING ERRCODE = 'CD010', HINT = 'It is the default of every edge; an edge can say otherwise.';
     END IF;
     IF pg_catalog.jsonb_typeof(v_nodes) IS DISTINCT FROM 'array' OR jsonb_array_length(v_nodes) = 0 THEN
         RAISE EXCEPTION 'a workflow''s "nodes" must be a non-empty JSON array of job objects'
@@ -99,22 +105,16 @@ BEGIN
         RAISE EXCEPTION 'a workflow''s idempotency_key must be a string of 1 to 200 characters'
             USING ERRCODE = 'CD010';
     END IF;
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
-        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition'
-                ' WHERE logicalrelid = ''codity.jobs''::pg_catalog.regclass)'
-        INTO v_distributed;
-        IF v_distributed THEN
-            RAISE EXCEPTION 'workflows do not run on a Citus cluster yet'
-                USING ERRCODE = 'feature_not_supported',
-                      HINT = 'Enqueue the jobs one after another from their handlers, or run workflows on a single server.';
-        END IF;
-    END IF;
+    PERFORM codity._check_single_server('workflows');
 
     -- A workflow enqueued before under this key: its nodes, as they are now.
     IF p_spec ? 'idempotency_key' THEN
-        SELECT w.id INTO v_workflow_id FROM codity.workflows w
+        SELECT w.id, w.kind INTO v_workflow_id, v_kind FROM codity.workflows w
         WHERE w.project_id = v_project_id AND w.idempotency_key = p_spec ->> 'idempotency_key';
-        IF v_workflow_id IS NOT NULL THEN
+        IF v_kind = 'batch' THEN
+            RAISE EXCEPTION 'idempotency key % names batch %, not a workflow', p_spec -> 'idempotency_key', v_workflow_id
+                USING ERRCODE = 'CD010';
+        ELSIF v_workflow_id IS NOT NULL THEN
             RETURN QUERY
             SELECT v_workflow_id, j.node_key, j.id, j.queue_id, j.status, false
             FROM codity.jobs j WHERE j.workflow_id = v_workflow_id ORDER BY j.id;
@@ -183,19 +183,23 @@ BEGIN
             RAISE EXCEPTION 'node "%" runs after % nodes; the limit is 10000', v_keys[i], jsonb_array_length(v_after)
                 USING ERRCODE = 'CD010';
         END IF;
+        v_runs := 0;
         FOR v_edge IN SELECT e FROM jsonb_array_elements(v_after) AS e LOOP
             IF pg_catalog.jsonb_typeof(v_edge) = 'string' THEN
                 v_parent := v_edge #>> '{}';
-                v_policy := 'cancel';
+                v_policy := v_default_policy;
             ELSIF pg_catalog.jsonb_typeof(v_edge) = 'object' AND pg_catalog.jsonb_typeof(v_edge -> 'key') = 'string'
                   AND v_edge - ARRAY['key', 'on_failure'] = '{}'::jsonb
-                  AND coalesce(v_edge ->> 'on_failure', 'cancel') IN ('cancel', 'ignore') THEN
+                  AND coalesce(v_edge ->> 'on_failure', v_default_policy) IN ('cancel', 'ignore', 'hold', 'run') THEN
                 v_parent := v_edge ->> 'key';
-                v_policy := coalesce(v_edge ->> 'on_failure', 'cancel');
+                v_policy := coalesce(v_edge ->> 'on_failure', v_default_policy);
             ELSE
-                RAISE EXCEPTION 'node "%": each entry of "after" is a node key, or {"key": ..., "on_failure": "cancel" or "ignore"}; got %',
+                RAISE EXCEPTION 'node "%": each entry of "after" is a node key, or {"key": ..., "on_failure": "cancel", "ignore", "hold" or "run"}; got %',
                     v_keys[i], pg_catalog.left(v_edge::text, 100)
                     USING ERRCODE = 'CD010';
+            END IF;
+            IF v_policy = 'run' THEN
+                v_runs := v_runs + 1;
             END IF;
             IF v_parent = v_keys[i] THEN
                 RAISE EXCEPTION 'node "%" runs after itself', v_parent USING ERRCODE = 'CD010';
@@ -209,6 +213,11 @@ BEGIN
             v_to := v_to || i;
             v_policies := v_policies || v_policy;
         END LOOP;
+        IF v_runs > 0 AND v_runs < jsonb_array_length(v_after) THEN
+            RAISE EXCEPTION 'node "%": either every edge of a node is "run" or none is', v_keys[i]
+                USING ERRCODE = 'CD010',
+                      HINT = 'A "run" node runs when one of its parents is dead-lettered and is cancelled otherwise; give the other parents to another node.';
+        END IF;
     END LOOP;
     IF cardinality(v_from) > 50000 THEN
         RAISE EXCEPTION 'a workflow holds at most 50000 edges, got %', cardinality(v_from) USING ERRCODE = 'CD010';
@@ -271,8 +280,9 @@ BEGIN
 
     -- Written: the workflow, its nodes under ids drawn now, its edges.
     BEGIN
-        INSERT INTO codity.workflows (project_id, name, idempotency_key, nodes, edges, created_at)
-        VALUES (v_project_id, p_spec ->> 'name', p_spec ->> 'idempotency_key', v_n, cardinality(v_from), p_now)
+        INSERT INTO codity.workflows (project_id, kind, name, idempotency_key, nodes, edges, created_at, sealed_at)
+        VALUES (v_project_id, 'workflow', p_spec ->> 'name', p_spec ->> 'idempotency_key', v_n, cardinality(v_from),
+                p_now, p_now)
         RETURNING id INTO v_workflow_id;
     EXCEPTION WHEN unique_violation THEN
         -- The same key, enqueued by another session that committed while this one checked:
@@ -327,11 +337,15 @@ $$;
 COMMENT ON FUNCTION codity.enqueue_workflow(jsonb, bigint, timestamptz) IS
 'Enqueue a workflow: jobs (nodes) that run after others (edges), all or nothing.
 
-p_spec: {"name", "idempotency_key", "nodes": [{"key", "queue", "task", "payload", "run_at",
-"priority", "max_attempts", "after": ["key", {"key": "k", "on_failure": "cancel" or
-"ignore"}]}]}. A node runs once every node it runs after has completed, released in the
-transaction that completes the last of them; a dead-lettered or cancelled parent cancels it
-(on_failure "cancel", the default, and so on down the graph) or counts as done ("ignore").
+p_spec: {"name", "idempotency_key", "on_failure", "nodes": [{"key", "queue", "task", "payload",
+"run_at", "priority", "max_attempts", "after": ["key", {"key": "k", "on_failure": "cancel",
+"ignore", "hold" or "run"}]}]}. A node runs once every node it runs after has completed,
+released in the transaction that completes the last of them; a dead-lettered or cancelled
+parent cancels it (on_failure "cancel", the default, and so on down the graph), counts as
+done ("ignore") or holds it waiting for an operator ("hold": retry_workflow, skip_node,
+cancel_workflow). A node whose edges are all "run" runs when one of those parents is
+dead-lettered, and is cancelled when all settle otherwise. The workflow''s on_failure is
+every edge''s default.
 Nodes without a parent start queued (scheduled with a later run_at), the others waiting.
 One row per node, in the order given; with an idempotency_key seen before in the project,
 that workflow''s nodes with is_new = false and nothing written. Limits: 10,000 nodes,

@@ -4,6 +4,8 @@
 -- attempts and crash count reset: the operator has fixed whatever killed it. When the job
 -- was deleted, a new job is enqueued from the payload copied into the dead letter. Either
 -- way the dead letter records when and into which job it was replayed, once (CD021).
+-- A workflow node's children it held (edges 'hold') wait for it again; those it cancelled
+-- stay cancelled (codity.retry_workflow brings a whole branch back).
 -- Locks the dead-letter row and the job row. Callers: operators, the web API.
 
 CREATE OR REPLACE FUNCTION codity.replay_dead_letter(
@@ -53,6 +55,9 @@ BEGIN
         SET status = 'queued', attempt = 0, crash_count = 0, run_at = p_now, finished_at = NULL,
             lock_expires_at = NULL, updated_at = p_now
         WHERE j.queue_id = v_job.queue_id AND j.id = v_job.id;
+        IF v_job.workflow_id IS NOT NULL THEN  -- the children it holds wait for it again
+            PERFORM codity._reopen_held(v_job.queue_id, ARRAY[v_job.id]);
+        END IF;
         v_job_id := v_job.id;
     ELSE
         INSERT INTO codity.jobs
