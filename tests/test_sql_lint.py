@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from pglast import ast, enums, parse_sql
-from pglast.visitors import Visitor
+from pglast.visitors import Ancestor, Visitor
 
 from codity.db.migrate import function_files, sql_dir
 
@@ -27,16 +27,27 @@ def _options(node: ast.CreateFunctionStmt) -> dict[str, object]:
 
 
 class _Unqualified(Visitor):
-    """Collects table references that name no schema, except CTE names."""
+    """Collects table references that name no schema, except CTE names and the aliases a
+    FOR UPDATE OF names (those are the query's own range entries, not tables)."""
 
     def __init__(self, ctes: set[str]) -> None:
         super().__init__()
         self.ctes = ctes
         self.found: list[str] = []
 
-    def visit_RangeVar(self, _ancestors: object, node: ast.RangeVar) -> None:
+    def visit_RangeVar(self, ancestors: Ancestor, node: ast.RangeVar) -> None:
+        if _in_locking_clause(ancestors):
+            return
         if node.schemaname is None and node.relname is not None and node.relname not in self.ctes:
             self.found.append(node.relname)
+
+
+def _in_locking_clause(ancestors: Ancestor | None) -> bool:
+    while ancestors is not None and ancestors.node is not None:
+        if isinstance(ancestors.node, ast.LockingClause):
+            return True
+        ancestors = ancestors.parent
+    return False
 
 
 class _CteNames(Visitor):
@@ -71,6 +82,8 @@ def test_migrations_qualify_every_table_and_type_with_the_schema(path: Path) -> 
 def test_the_qualification_check_finds_an_unqualified_table() -> None:
     sql = "WITH c AS (SELECT 1) SELECT * FROM jobs, c, codity.queues JOIN workers ON true"
     assert _unqualified_tables(sql) == ["jobs", "workers"]
+    locked = "SELECT 1 FROM codity.jobs j, jobs FOR UPDATE OF j"
+    assert _unqualified_tables(locked) == ["jobs"]
 
 
 @pytest.mark.parametrize("path", FUNCTION_FILES, ids=[p.name for p in FUNCTION_FILES])

@@ -10,7 +10,10 @@ scheduler would. The queue leases for 3 s; A heartbeats every 0.5 s.
 What must hold: every handler of A is told (``ctx.cancelled``) and has stopped before its
 lease ran out in the database; no job A held but had not begun is begun; B runs each job
 after A's run of it has ended, never alongside; every job completes exactly once; and once
-the network heals, A claims again at once.
+the network heals, A claims again within what its retries may wait: the claim loop's backoff
+(capped at 2 s) and, if its pool lost its connections, one pool attempt (psycopg_pool waits
+1 s, +-10 %, after a failed one). Usually that is at once (0.02-0.05 s here); CI once took
+3.1 s on its noisy cores.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from codity.backoff import Backoff
 from codity.worker import JobContext, Registry, Worker, WorkerConfig
 from tests.pgproxy import running_proxy
 from tests.processes import Ticker
 from tests.sqlapi import create_queue, one
 
 LEASE_S = 3
+HEAL_BOUND_S = Backoff().cap_s + 1.1 + 0.5  # backoff cap, one pool wait, slack for the noise
 
 
 @dataclass
@@ -190,7 +195,7 @@ def test_a_worker_cut_off_stops_its_handlers_in_time_and_no_job_runs_twice_at_on
         " WHERE status = 'completed' AND job_id = ANY(%s)",
         [four_jobs],
     ).fetchone() == (4, 4)
-    assert figures["claim_after_heal_s"] < 2.0, figures
+    assert figures["claim_after_heal_s"] < HEAL_BOUND_S, figures
     # One line when the database stopped answering and one when it answered again, from
     # every loop of A together (codity.outage), not a warning per retry.
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
