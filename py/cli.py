@@ -295,7 +295,7 @@ def _cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
     from codity.explain import write_explain
 
     url = database_url(settings)
-    path = write_explain(url, jobs=args.jobs)
+    path = write_explain(url, jobs=args.jobs, waiting=args.waiting)
     print(f"wrote {path}")
     return 0
 
@@ -552,6 +552,13 @@ def _parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="regenerate docs/EXPLAIN.md from real plans")
     explain.add_argument("--jobs", type=int, default=100_000, help="jobs to load (default 100000)")
+    explain.add_argument(
+        "--waiting",
+        type=int,
+        default=1_000_000,
+        help="jobs waiting on parents to add for the section on workflows (default 1000000;"
+        " 0 leaves it out)",
+    )
     explain.set_defaults(func=_cmd_explain)
 
     sub.add_parser(

@@ -4,6 +4,8 @@ In a scratch database next to the target (same server, dropped at the end): migr
 queued jobs, VACUUM ANALYZE, then EXPLAIN ANALYZE the claim's selection (the statement in
 the ``picked`` CTE of sql/functions/claim.sql, read from that file) under four index
 configurations. Every run is its own rolled-back transaction: the statement locks rows.
+
+Then, unless told not to, the section on jobs waiting on parents (codity.explain_waiting).
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from psycopg import sql
 
 from codity.db.migrate import migrate, sql_dir
 
-__all__ = ["claim_plan", "claim_plan_problems", "load_jobs", "scratch_database", "write_explain"]
+__all__ = [
+    "claim_plan",
+    "claim_plan_problems",
+    "load_jobs",
+    "scratch_database",
+    "write_explain",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,11 @@ FROM pg_catalog.generate_series(1, %(jobs)s) AS g,
      (SELECT %(ids)s::bigint[] AS ids, pg_catalog.min(project_id) AS project_id
       FROM codity.queues WHERE id = ANY (%(ids)s::bigint[])) AS q
 """
+# Workflows of a root and up to 9,999 children each (the last one fewer), one workflow per
+# enqueue over the last hour. The roots are queued in a queue of their own; the children
+# wait on them in the measured queue at priority 1000, ahead of every queued job (-10 to
+# 10), so an index that held waiting rows would have to read through all of them first.
+# One edge per child (job_deps), as codity.enqueue_workflow writes them.
 _SECONDARY = """
 SELECT i.indexrelid::regclass::text, c.conname
 FROM pg_catalog.pg_index i
@@ -67,6 +80,7 @@ class Result:
     name: str
     median_ms: float
     shape: str
+    quartiles: tuple[float, float]  # 25th and 75th percentile, ms
 
 
 def claim_select() -> str:
@@ -107,8 +121,11 @@ def _claim_settings(conn: Conn) -> list[tuple[str, str]]:
     return [(name, value) for name, value in pairs if name != "search_path"]
 
 
-def _explain(conn: Conn, queue_id: int, options: str, *, generic: bool = False) -> Any:
-    """EXPLAIN the prepared claim selection in a rolled-back transaction."""
+@contextmanager
+def _claim_transaction(
+    conn: Conn, queue_id: int, options: str, generic: bool
+) -> Iterator[sql.SQL | sql.Composed]:
+    """A rolled-back transaction with the claim's settings; yields the EXPLAIN to run in it."""
     if not conn.autocommit:  # in an open transaction, the row locks would outlive the EXPLAIN
         raise ValueError("claim plans need an autocommit connection")
     prepared = "SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE name = %s"
@@ -124,6 +141,12 @@ def _explain(conn: Conn, queue_id: int, options: str, *, generic: bool = False) 
     with conn.transaction(force_rollback=True):
         for name, value in settings:
             conn.execute("SELECT pg_catalog.set_config(%s, %s, true)", [name, value])
+        yield query
+
+
+def _explain(conn: Conn, queue_id: int, options: str, *, generic: bool = False) -> Any:
+    """EXPLAIN the prepared claim selection in a rolled-back transaction."""
+    with _claim_transaction(conn, queue_id, options, generic) as query:
         rows = conn.execute(query).fetchall()
     return rows[0][0] if options.endswith("JSON") else "\n".join(r[0] for r in rows)
 
@@ -170,13 +193,16 @@ def _shape(plan: dict[str, Any]) -> str:
     return " → ".join(parts)
 
 
-def _measure(conn: Conn, queue_id: int, name: str, generic: bool = False) -> Result:
+def _measure(
+    conn: Conn, queue_id: int, name: str, generic: bool = False, runs: int = RUNS
+) -> Result:
     options = "ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON"
     for _ in range(WARMUP):
         _explain(conn, queue_id, options, generic=generic)
-    plans = [_explain(conn, queue_id, options, generic=generic)[0] for _ in range(RUNS)]
-    median = statistics.median(p["Execution Time"] for p in plans)
-    return Result(name, median, _shape(plans[-1]))
+    plans = [_explain(conn, queue_id, options, generic=generic)[0] for _ in range(runs)]
+    times = [p["Execution Time"] for p in plans]
+    quartiles = statistics.quantiles(times, n=4)
+    return Result(name, statistics.median(times), _shape(plans[-1]), (quartiles[0], quartiles[2]))
 
 
 def _drop_claim_index(conn: Conn) -> None:
@@ -346,7 +372,7 @@ run_at): cheap while groups are small. Without a matching index, the Sort under 
 sorts *every* due job of the queue, not a top-N heapsort (LockRows between Limit and Sort
 keeps the limit from being passed down), so the penalty grows with the backlog. The seed
 measured penalties of 1.4, 16 and 69 times on its own data (0.110 ms with the full index).
-
+{waiting}
 ## The plan of the whole claim
 
 `EXPLAIN SELECT * FROM codity.claim(...)` shows one Function Scan: PL/pgSQL plans and runs the
@@ -357,7 +383,8 @@ PostgreSQL) shows them: `LOAD 'auto_explain'` (superuser) or `session_preload_li
 
 
 def _render(jobs: int, machine: list[str], text_plan: str, problems: list[str],
-            custom: list[Result], generic: list[Result], whole: str | None) -> str:  # fmt: skip
+            custom: list[Result], generic: list[Result], whole: str | None,
+            waiting: str = "") -> str:  # fmt: skip
     statement = claim_select()
     for keyword in ("FROM", "WHERE", "ORDER BY", "LIMIT"):
         statement = statement.replace(f" {keyword} ", f"\n{keyword} ")
@@ -375,11 +402,13 @@ def _render(jobs: int, machine: list[str], text_plan: str, problems: list[str],
         machine="\n".join(machine), text_plan=text_plan, runs=RUNS, warmup=WARMUP,
         check="passes" if not problems else "FAILS: " + "; ".join(problems),
         custom="\n".join(_table(custom)), generic="\n".join(_table(generic)), auto=auto,
+        waiting=waiting,
     )  # fmt: skip
 
 
-def write_explain(url: str, jobs: int = 100_000) -> Path:
-    """Measure in a scratch database next to ``url``'s and write docs/EXPLAIN.md."""
+def write_explain(url: str, jobs: int = 100_000, waiting: int = 1_000_000) -> Path:
+    """Measure in a scratch database next to ``url``'s and write docs/EXPLAIN.md; with
+    ``waiting``, the claim with that many jobs waiting on parents too, in another one."""
     with (
         scratch_database(url, "codity_explain") as scratch,
         psycopg.connect(scratch, autocommit=True) as conn,
@@ -397,9 +426,15 @@ def write_explain(url: str, jobs: int = 100_000) -> Path:
             setup(conn)
             custom.append(_measure(conn, queue_id, config))
             generic.append(_measure(conn, queue_id, config, generic=True))
+    section = ""
+    if waiting > 0:  # imported here: that module builds on this one
+        from codity.explain_waiting import measure_waiting, render_waiting
+
+        section = render_waiting(measure_waiting(url, jobs, waiting), jobs)
+    page = _render(jobs, machine, text_plan, problems, custom, generic, whole, section)
     path = explain_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_render(jobs, machine, text_plan, problems, custom, generic, whole), "utf-8")
+    path.write_text(page, "utf-8")
     return path
 
 

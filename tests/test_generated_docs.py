@@ -4,7 +4,9 @@ docs/SQL_API.md must equal what py/sql_reference.py renders from a freshly migra
 database, docs/DATABASE.md's roles table what the grants say, and docs/API_CONTRACT.md's
 route table what ALL_ROUTES renders. The claim's
 selection must plan as Limit -> LockRows -> Index Scan using jobs_claim_idx with no Sort
-node, and the same check must fail once the index is gone.
+node, and the same check must fail once the index is gone; with jobs waiting on parents in
+its queue it must plan the same and read no more (issue 27), and that check must fail once
+'waiting' is in the claim index's predicate.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from codity.explain import (
     explain_path,
     load_jobs,
 )
+from codity.explain_waiting import claim_reads, load_waiting, waiting_problems
 from codity.roles_reference import database_doc_path, render_roles
 from codity.sql_reference import reference_path, render_reference
 from codity.web.reference import api_contract_path, render_route_table
 from codity.web.routes import ALL_ROUTES
 
 JOBS = 20_000
+WAITING = 20_000
 
 
 def test_sql_reference_matches_the_catalogue(shared_db_url: str) -> None:
@@ -115,6 +119,40 @@ def test_claim_plan_check_fails_without_the_claim_index(conn: psycopg.Connection
     assert sorted_or_other_index, problems
 
 
+def _waiting_problems(conn: psycopg.Connection, queue_id: int) -> list[str]:
+    """The claim's reads before and after WAITING workflow nodes join the queue (priority
+    1000, ahead of every queued job), each after an ANALYZE."""
+    before = claim_reads(conn, queue_id)
+    load_waiting(conn, queue_id, WAITING)
+    conn.execute("ANALYZE codity.jobs")
+    return waiting_problems(before, claim_reads(conn, queue_id))
+
+
+def test_jobs_waiting_on_parents_leave_the_claim_plan_and_its_reads_as_they_were(
+    conn: psycopg.Connection,
+) -> None:
+    """Issue 27's zero cost for plain jobs, as docs/EXPLAIN.md shows it with 1,000,000
+    waiting: the same Index Scan of jobs_claim_idx, no more index entries or buffers read."""
+    queue_id = _loaded(conn)
+    assert _waiting_problems(conn, queue_id) == []
+    assert claim_plan_problems(claim_plan(conn, queue_id)) == []
+
+
+def test_waiting_check_fails_with_waiting_in_the_claim_index(conn: psycopg.Connection) -> None:
+    """Break it: with 'waiting' in its predicate, the claim index holds the waiting nodes
+    ahead of the queued jobs, and the claim reads its way through them (same plan, same
+    index name: only the entries and buffers give it away)."""
+    queue_id = _loaded(conn)
+    conn.execute("DROP INDEX codity.jobs_claim_idx")
+    conn.execute(
+        "CREATE INDEX jobs_claim_idx ON codity.jobs (queue_id, priority DESC, run_at, id)"
+        " WHERE status IN ('queued', 'waiting')"
+    )
+    problems = _waiting_problems(conn, queue_id)
+    assert any(p.startswith("index entries read") for p in problems), problems
+    assert any(p.startswith("buffers read") for p in problems), problems
+
+
 def test_claim_plan_leaves_no_row_locked(conn: psycopg.Connection, db_url: str) -> None:
     queue_id = _loaded(conn)
     claim_plan(conn, queue_id)
@@ -136,3 +174,12 @@ def test_explain_doc_shows_the_claim_index_plan_without_sort() -> None:
     plan = found[1]
     assert "Index Scan using jobs_claim_idx" in plan
     assert "Sort" not in plan
+
+
+def test_explain_doc_shows_the_claim_unchanged_by_a_million_waiting_jobs() -> None:
+    text = explain_path().read_text(encoding="utf-8")
+    found = re.search(r"## With ([\d,]+) jobs waiting on parents\n(.*?)\n## ", text, re.S)
+    assert found, "docs/EXPLAIN.md has no section on waiting jobs: run ./codity explain"
+    assert int(found[1].replace(",", "")) >= 1_000_000, found[1]
+    assert "the claim runs the same plan" in found[2]
+    assert "Index Scan using jobs_claim_idx" in found[2]
