@@ -38,14 +38,16 @@ class JobContext:
 
     async def parent_results(self) -> dict[str, dict[str, Any]]:
         """For a node of a workflow (codity.enqueue_workflow): the nodes it runs after, by
-        key, each with its ``job_id``, ``status``, ``outcome`` (completed; dead_letter or
-        cancelled through an edge marked "ignore") and the ``result`` its completion
-        recorded. One call to codity.dep_results, as the job's holder (its fence); empty
-        for a plain job. For async handlers; a sync handler calls codity.dep_results itself."""
+        key, each with its ``job_id``, ``status``, ``outcome`` (completed or skipped;
+        dead_letter or cancelled through an edge that does not cancel) and the ``result``
+        its completion recorded. A batch's callback gets its members, which have no key, by
+        job id (as a string). One call to codity.dep_results, as the job's holder (its
+        fence); empty for a plain job. For async handlers; a sync handler calls
+        codity.dep_results itself."""
         if self.read_parents is None:
             raise RuntimeError("parent_results is read through the worker running the job")
         rows = await self.read_parents(self)
-        return {row.pop("node_key"): row for row in rows}
+        return {row.pop("node_key") or str(row["job_id"]): row for row in rows}
 
     @functools.cached_property
     def cancelled(self) -> asyncio.Event:
