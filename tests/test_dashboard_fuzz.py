@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from codity.web.access import Role
 from codity.web.dashboard.routes import DASHBOARD_PAGES
@@ -80,6 +81,12 @@ def test_no_page_answers_nonsense_with_a_server_error(
         "worker_id": 1,
         "user_id": owner.user_id,
         "key_id": 1,
+        "workflow_id": one(
+            conn,
+            "SELECT workflow_id FROM codity.enqueue_workflow(%s, %s) LIMIT 1",
+            [Jsonb({"name": "wf", "nodes": [{"key": "a", "queue": "emails", "task": "t"}]}),
+             project],
+        ),
     }  # fmt: skip
 
     def fill(path: str) -> str:

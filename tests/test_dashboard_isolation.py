@@ -74,6 +74,7 @@ def _value(page: Page, param: str, side: Side) -> Any:
         "user_id": side.spare_user,
         "key_id": side.spare_key,
         "project_id": side.extra_project,
+        "workflow_id": side.workflow,
     }[param]
 
 

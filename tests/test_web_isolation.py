@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 from starlette.testclient import TestClient
 
 from codity.web.access import Role, Scope
@@ -54,6 +55,7 @@ class Side:
     spare_user: int
     spare_key: int
     worker: int
+    workflow: int
 
 
 def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
@@ -73,6 +75,11 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     conn.execute("SELECT * FROM codity.start(%s, %s)", [job, fence])
     conn.execute("SELECT * FROM codity.fail(%s, %s, 'boom')", [job, fence])
     dead_letter = one(conn, "SELECT id FROM codity.dead_letters WHERE job_id = %s", [job])
+    workflow = one(
+        conn,
+        "SELECT workflow_id FROM codity.enqueue_workflow(%s, %s) LIMIT 1",
+        [Jsonb({"name": "wf", "nodes": [{"key": "a", "queue": "emails", "task": "t"}]}), p],
+    )
     schedules = ["nightly"] + ([FOREIGN_MARK] if foreign_only else [])
     for name in schedules:
         conn.execute(
@@ -93,7 +100,10 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
         "SELECT id FROM codity.api_keys WHERE prefix = %s AND project_id = %s",
         [spare_key_value[:12], p],
     )
-    return Side(tenant, users, keys, queued, job, dead_letter, extra, spare_user, spare_key, worker)
+    return Side(
+        tenant, users, keys, queued, job, dead_letter, extra, spare_user, spare_key, worker,
+        workflow,
+    )  # fmt: skip
 
 
 def _two_sides(conn: psycopg.Connection) -> tuple[Side, Side]:
@@ -168,6 +178,7 @@ def _value(entry: Endpoint, param: str, side: Side) -> Any:
         "user_id": side.spare_user,
         "key_id": side.spare_key,
         "worker_id": side.worker,
+        "workflow_id": side.workflow,
     }[param]
 
 

@@ -24,6 +24,7 @@ from codity.web.endpoints import (
     queues,
     schedules,
     workers,
+    workflows,
 )
 from codity.web.endpoints.docs import swagger_assets_dir
 
@@ -37,6 +38,7 @@ ALL_ROUTES: tuple[Endpoint, ...] = (
     *enqueue.ROUTES,
     *jobs.ROUTES,
     *jobs_bulk.ROUTES,
+    *workflows.ROUTES,
     *dead_letters.ROUTES,
     *workers.ROUTES,
     *overview.ROUTES,

@@ -20,6 +20,7 @@ from codity.web.dashboard.screens import (
     schedules,
     settings,
     workers,
+    workflows,
 )
 
 __all__ = ["DASHBOARD_PAGES", "static_dir"]
@@ -29,6 +30,7 @@ DASHBOARD_PAGES: tuple[Page, ...] = (
     *overview.PAGES,
     *queues.PAGES,
     *jobs.PAGES,
+    *workflows.PAGES,
     *dead_letters.PAGES,
     *schedules.PAGES,
     *workers.PAGES,

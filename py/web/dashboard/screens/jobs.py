@@ -282,6 +282,7 @@ async def _job(ctx: PageContext) -> dict[str, Any]:
 
 async def job_page(ctx: PageContext) -> Response:
     job = await _job(ctx)
+    link = await ctx.api("GET", "/api/v1/jobs/{job_id:int}/workflow", params={"job_id": job["id"]})
     return await ctx.screen(
         "job.html",
         title=f"Job {job['id']}",
@@ -289,6 +290,7 @@ async def job_page(ctx: PageContext) -> Response:
         live=True,
         flash=_flash(ctx),
         job=job,
+        workflow=link["workflow"],
     )
 
 
