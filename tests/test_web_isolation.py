@@ -56,6 +56,7 @@ class Side:
     spare_key: int
     worker: int
     workflow: int
+    batch: int
 
 
 def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
@@ -80,6 +81,12 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
         "SELECT workflow_id FROM codity.enqueue_workflow(%s, %s) LIMIT 1",
         [Jsonb({"name": "wf", "nodes": [{"key": "a", "queue": "emails", "task": "t"}]}), p],
     )
+    member = {"queue": "emails", "task": "t"}
+    batch = one(
+        conn,
+        "SELECT batch_id FROM codity.create_batch(%s, %s) LIMIT 1",
+        [Jsonb({"open": True, "jobs": [member], "callbacks": {"all_done": member}}), p],
+    )
     schedules = ["nightly"] + ([FOREIGN_MARK] if foreign_only else [])
     for name in schedules:
         conn.execute(
@@ -102,7 +109,7 @@ def _build(conn: psycopg.Connection, slug: str, *, foreign_only: bool) -> Side:
     )
     return Side(
         tenant, users, keys, queued, job, dead_letter, extra, spare_user, spare_key, worker,
-        workflow,
+        workflow, batch,
     )  # fmt: skip
 
 
@@ -172,6 +179,8 @@ def _value(entry: Endpoint, param: str, side: Side) -> Any:
         return "empty" if entry.method == "DELETE" else "emails"
     if param == "job_id":
         return side.dead_job if path.endswith("/retry") else side.queued_job
+    if param == "node_key":
+        return "a"
     return {
         "dead_letter_id": side.dead_letter,
         "project_id": side.extra_project,
@@ -179,6 +188,7 @@ def _value(entry: Endpoint, param: str, side: Side) -> Any:
         "key_id": side.spare_key,
         "worker_id": side.worker,
         "workflow_id": side.workflow,
+        "batch_id": side.batch,
     }[param]
 
 
@@ -201,6 +211,9 @@ def _foreign_body(entry: Endpoint, b: Side) -> dict[str, Any] | None:
         return {**body, "queue": FOREIGN_MARK}
     if "project_id" in body:
         return {**body, "project_id": b.tenant.project_id}
+    for many in ("nodes", "jobs"):  # a workflow's nodes, a batch's jobs
+        if many in body:
+            return {**body, many: [{**item, "queue": FOREIGN_MARK} for item in body[many]]}
     return None
 
 

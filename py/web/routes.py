@@ -24,6 +24,7 @@ from codity.web.endpoints import (
     queues,
     schedules,
     workers,
+    workflow_actions,
     workflows,
 )
 from codity.web.endpoints.docs import swagger_assets_dir
@@ -39,6 +40,7 @@ ALL_ROUTES: tuple[Endpoint, ...] = (
     *jobs.ROUTES,
     *jobs_bulk.ROUTES,
     *workflows.ROUTES,
+    *workflow_actions.ROUTES,
     *dead_letters.ROUTES,
     *workers.ROUTES,
     *overview.ROUTES,

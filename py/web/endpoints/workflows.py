@@ -57,6 +57,7 @@ __all__ = [
     "STATES",
     "WorkflowState",
     "derive_state",
+    "read_workflow",
 ]
 
 WorkflowKind = Literal["workflow", "batch"]
@@ -378,10 +379,15 @@ async def list_workflows(call: Call[None, WorkflowListQuery]) -> Reply:
 
 async def get_workflow(call: Call[None, WorkflowQuery]) -> dict[str, Any]:
     workflow_id = path_id(call, "workflow_id", "workflow")
+    return await read_workflow(call, workflow_id, call.query.max_nodes)
+
+
+async def read_workflow(call: Call[Any, Any], workflow_id: int, max_nodes: int) -> dict[str, Any]:
+    """A workflow or batch of the caller's project as :class:`WorkflowDetail` has it (404
+    when there is none): also the answer of the workflow actions (``workflow_actions``)."""
     keys = {"project_id": call.project_id, "workflow_id": workflow_id}
     workflow = await one_or_404(call, _ONE, keys, "workflow")
     await _with_counts(call, [workflow])
-    max_nodes = call.query.max_nodes
     nodes = await fetch_all(call, _NODES, {**keys, "max_nodes": max_nodes})
     edges = await fetch_all(
         call,
