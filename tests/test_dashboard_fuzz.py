@@ -87,6 +87,7 @@ def test_no_page_answers_nonsense_with_a_server_error(
             [Jsonb({"name": "wf", "nodes": [{"key": "a", "queue": "emails", "task": "t"}]}),
              project],
         ),
+        "node_key": "a",
     }  # fmt: skip
 
     def fill(path: str) -> str:

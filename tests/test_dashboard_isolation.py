@@ -49,6 +49,7 @@ _FORMS: dict[str, dict[str, str]] = {
     "POST /settings/members/{user_id:int}/role": {"role": "member"},
     "POST /settings/api-keys": {"name": "ci", "role": "viewer"},
     "POST /jobs/bulk": {"action": "retry", "ids": "1"},
+    "POST /workflows/{workflow_id:int}/retry": {"mode": "failed"},
 }
 
 SIGNED_IN = [p for p in DASHBOARD_PAGES if p.signed_in and p.path != "/events"]
@@ -68,6 +69,8 @@ def _value(page: Page, param: str, side: Side) -> Any:
         )
     if param == "job_id":
         return side.dead_job if page.path.endswith("/retry") else side.queued_job
+    if param == "node_key":
+        return "a"
     return {
         "dead_letter_id": side.dead_letter,
         "worker_id": side.worker,

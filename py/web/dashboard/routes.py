@@ -20,6 +20,7 @@ from codity.web.dashboard.screens import (
     schedules,
     settings,
     workers,
+    workflow_actions,
     workflows,
 )
 
@@ -31,6 +32,7 @@ DASHBOARD_PAGES: tuple[Page, ...] = (
     *queues.PAGES,
     *jobs.PAGES,
     *workflows.PAGES,
+    *workflow_actions.PAGES,
     *dead_letters.PAGES,
     *schedules.PAGES,
     *workers.PAGES,

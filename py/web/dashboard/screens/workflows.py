@@ -2,8 +2,9 @@
 with its graph (a workflow) or its progress and callbacks (a batch).
 
 Reads ``GET /api/v1/workflows`` and ``GET /api/v1/workflows/{id}`` only, so it shows exactly
-what the API serves to the session's user (a foreign id is the not-found page). Read-only:
-cancel, retry and skip come with their API routes.
+what the API serves to the session's user (a foreign id is the not-found page). Its forms
+(cancel, retry, skip a node, seal a batch) post to
+:mod:`codity.web.dashboard.screens.workflow_actions`.
 
 A workflow's graph is drawn here, on the server, as an inline SVG
 (:mod:`codity.web.dashboard.workflow_graph`): every node a box linking to its job, coloured
@@ -23,8 +24,9 @@ from urllib.parse import urlencode
 from starlette.responses import Response
 
 from codity.web.dashboard.page import Page, PageContext
+from codity.web.dashboard.screens.workflow_actions import SKIPPABLE, flash
 from codity.web.dashboard.workflow_graph import draw_workflow
-from codity.web.endpoints.workflows import STATES
+from codity.web.endpoints.workflows import ACTIVE, STATES
 
 __all__ = ["PAGES", "progress"]
 
@@ -177,7 +179,14 @@ async def _workflow(ctx: PageContext) -> dict[str, Any]:
     if workflow["kind"] == "workflow" and workflow["nodes_truncated"]:
         workflow = await ctx.api("GET", path, params=params)
     nodes, edges = workflow.pop("nodes"), workflow.pop("edges")
-    view: dict[str, Any] = {"workflow": workflow, "drawing": None}
+    counts = workflow["counts"]
+    view: dict[str, Any] = {
+        "workflow": workflow,
+        "drawing": None,
+        "skippable": SKIPPABLE,
+        "unfinished": counts["waiting"] + sum(counts[s] for s in ACTIVE),
+        "failed_nodes": counts["dead_letter"] + counts["cancelled"],
+    }
     workflow["tone"] = _STATE_TONE.get(workflow["state"], "")
     if workflow["kind"] == "workflow":
         view["drawing"] = draw_workflow(nodes, edges)
@@ -203,7 +212,12 @@ def _title(workflow: dict[str, Any]) -> str:
 async def workflow_page(ctx: PageContext) -> Response:
     view = await _workflow(ctx)
     return await ctx.screen(
-        "workflow.html", title=_title(view["workflow"]), active="Workflows", live=True, **view
+        "workflow.html",
+        title=_title(view["workflow"]),
+        active="Workflows",
+        live=True,
+        flash=flash(ctx),
+        **view,
     )
 
 
