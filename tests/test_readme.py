@@ -188,6 +188,41 @@ def test_the_readme_curl_sequence_signs_in_and_enqueues(tmp_path: Path, db_url: 
     assert done.returncode == 0, done.stderr
     compact = done.stdout.replace(" ", "")
     assert '"task":"emails.send"' in compact and '"status":"queued"' in compact, done.stdout
+    assert '"kind":"workflow"' in compact and '"node_key":"receipt"' in compact, done.stdout
+    assert '"status":"waiting"' in compact, "receipt waits for send"
+
+
+def test_the_readme_python_workflow_and_batch_are_enqueued(tmp_path: Path, db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT codity.create_queue('images')")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(DATABASE_URL=db_url, CODITY_HOME=str(tmp_path / "home"))
+    made = subprocess.run(
+        [str(Path(CODITY[0]).with_name("python")), "-c", readme_block("python", "Workflow(")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        nodes = conn.execute(
+            "SELECT w.kind, j.node_key, j.status::text FROM codity.jobs j"
+            " JOIN codity.workflows w ON w.id = j.workflow_id ORDER BY j.id"
+        ).fetchall()
+    assert nodes[:3] == [
+        ("workflow", "fetch", "queued"),
+        ("workflow", "resize", "queued"),
+        ("workflow", "publish", "waiting"),
+    ]
+    assert sorted(nodes[3:], key=str) == [
+        ("batch", "all_done", "waiting"),
+        ("batch", None, "queued"),
+        ("batch", None, "queued"),
+        ("batch", None, "queued"),
+    ]
 
 
 def _sql_api_examples() -> list[str]:
