@@ -160,7 +160,7 @@ def _env_int(name: str, default: int, *, what: str = "a whole number", least: in
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from codity.demo import DEMO_OPERATOR_EMAIL, DEMO_OPERATOR_PASSWORD, seed_demo
-    from codity.supervisor import ChildSpec, Supervisor
+    from codity.supervisor import ChildSpec, Supervisor, serves
 
     require_free_port(args.host, args.port)  # before anything starts, like the database's
     url = database_url(settings)
@@ -169,8 +169,17 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         counts = seed_demo(url)
         print(f"demo data seeded: {counts}")
     queues = args.queue or _default_project_queues(url)
+    base = f"http://{args.host}:{args.port}"
+    # Asked from here: a wildcard address is not one to connect to.
+    local = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(args.host, args.host)
+    if ":" in local and not local.startswith("["):
+        local = f"[{local}]"
     children = [
-        ChildSpec("web", ["web", "--host", args.host, "--port", str(args.port)]),
+        ChildSpec(
+            "web",
+            ["web", "--host", args.host, "--port", str(args.port)],
+            ready=serves(f"http://{local}:{args.port}/livez"),
+        ),
         ChildSpec("scheduler", ["scheduler", "--tick-ms", str(args.tick_ms)]),
     ]
     if queues:
@@ -184,16 +193,21 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         ]
     else:
         print("no queues yet: starting the scheduler only (create queues, or use --demo)")
-    base = f"http://{args.host}:{args.port}"
-    print(f"Codity is up. Dashboard: {base}/")
-    if args.demo:
-        print(f"  sign in as {DEMO_OPERATOR_EMAIL} / {DEMO_OPERATOR_PASSWORD}")
-    print(f"  API and docs: {base}/api/v1/docs")
-    print(f"  database: {url}")
     served = ", ".join(queues) or "-"
-    print(f"  scheduler + {args.workers if queues else 0} worker(s) on {served}; Ctrl-C stops")
+    workers = args.workers if queues else 0
+    print(f"starting the web app, the scheduler and {workers} worker(s)...", flush=True)
+
+    def announce() -> None:
+        print(f"Codity is up. Dashboard: {base}/")
+        if args.demo:
+            print(f"  sign in as {DEMO_OPERATOR_EMAIL} / {DEMO_OPERATOR_PASSWORD}")
+        print(f"  API and docs: {base}/api/v1/docs")
+        print(f"  database: {url}")
+        print(f"  scheduler + {workers} worker(s) on {served}; Ctrl-C stops", flush=True)
+
     env = dict(os.environ, DATABASE_URL=url)
-    return Supervisor(children, env=env, grace_s=_env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000).run()
+    grace_s = _env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000
+    return Supervisor(children, env=env, grace_s=grace_s, on_ready=announce).run()
 
 
 def _cmd_web(args: argparse.Namespace, settings: Settings) -> int:
