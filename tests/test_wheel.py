@@ -137,3 +137,40 @@ def test_the_wheel_installs_outside_a_checkout_and_runs_migrate_demo_a_job_and_t
     finally:
         web.send_signal(signal.SIGTERM)
         web.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_an_ordinary_editable_install_finds_its_sql_and_migrates(
+    tmp_path: Path, db_url: str
+) -> None:
+    """``pip install -e .``, the first thing a contributor types (issue 29): setuptools'
+    ordinary editable mode maps ``codity.sql`` to sql/ with an import hook that finds only a
+    regular package there, so sql/ holds an ``__init__.py``; without it ``codity migrate``
+    said "the codity.sql package data is missing: reinstall codity", and reinstalling the same
+    way changed nothing."""
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    _run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+         "--disable-pip-version-check", "-e", str(REPO_ROOT)],
+        cwd=tmp_path,
+    )  # fmt: skip
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "CODITY_SQL_DIR", "VIRTUAL_ENV")
+    }
+    env.update(DATABASE_URL=db_url, CODITY_HOME=str(work / ".codity"))
+    located = _run(
+        [str(venv / "bin" / "python"), "-c",
+         "from codity.db.migrate import sql_dir; print(sql_dir())"],
+        cwd=work,
+        env=env,
+    )  # fmt: skip
+    assert Path(located.strip()) == REPO_ROOT / "sql", located
+    assert "migrated:" in _run([str(venv / "bin" / "codity"), "migrate"], cwd=work, env=env)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        migrated = conn.execute("SELECT to_regproc('codity.enqueue_workflow') IS NOT NULL")
+        assert migrated.fetchone() == (True,)

@@ -52,7 +52,10 @@ def sql_dir() -> Path:
         return Path(override)
     spec = importlib.util.find_spec("codity.sql")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the codity.sql package data is missing: reinstall codity")
+        raise RuntimeError(
+            "the codity.sql package data is missing: reinstall codity (pip install ., or pip"
+            " install -e . from a checkout), or set CODITY_SQL_DIR to a checkout's sql/"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
