@@ -29,6 +29,7 @@ from codity.web.errors import ApiError
 from codity.web.middleware import RequestContext
 from codity.web.mount import mount, request_id_of
 from codity.web.routes import ALL_ROUTES, swagger_assets_dir
+from codity.web.scrape_cache import ScrapeCache
 from codity.web.settings import WebSettings
 
 __all__ = ["DASHBOARD_ASSETS_PATH", "DOCS_ASSETS_PATH", "create_app"]
@@ -92,6 +93,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.scrapes = ScrapeCache(settings.metrics_cache_seconds)
     app.state.entries = tuple(entries)
     app.state.pages = tuple(pages)
     return app

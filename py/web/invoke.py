@@ -83,6 +83,16 @@ async def invoke(endpoint: Endpoint, principal: Principal | None, how: Invocatio
             tenant = await guard(conn, principal)
         if principal is not None:
             check_role(endpoint, principal, tenant)
+        if principal is not None and principal.api_key_id is not None and endpoint.method == "GET":
+            # Reads by API keys have a budget (a key can be scripted in a loop; a person at
+            # the dashboard cannot ask that fast). In the read's transaction: a read that
+            # fails is not counted.
+            await charge(
+                conn,
+                f"read:key:{principal.api_key_id}",
+                limit=how.settings.key_reads_per_minute,
+                window_seconds=60,
+            )
         if endpoint.limit is Limit.ENQUEUE and tenant is not None:
             cost = how.body.enqueue_cost() if isinstance(how.body, Costed) else 1
             await charge(

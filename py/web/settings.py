@@ -33,6 +33,10 @@ class WebSettings:
     """Per account, across every IP: failed logins per window (resists targeted lockout)."""
     auth_window_seconds: int = 15 * 60
     enqueues_per_minute: int = 1000
+    key_reads_per_minute: int = 600
+    """Per API key: GET requests per minute (429 with Retry-After past it)."""
+    metrics_cache_seconds: float = 5.0
+    """A project's metrics scrape is answered from one read this recent (0: every time)."""
     cors_origins: tuple[str, ...] = ()
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     """Peers whose X-Forwarded-For is believed; empty means the socket peer is the client."""
@@ -66,6 +70,8 @@ def load_web_settings(home: Path, environ: dict[str, str] | None = None) -> WebS
         jwt_secret=_secret(env, home),
         max_body_bytes=int(env.get("CODITY_MAX_BODY_BYTES") or 1024 * 1024),
         enqueues_per_minute=int(env.get("CODITY_ENQUEUES_PER_MINUTE") or 1000),
+        key_reads_per_minute=int(env.get("CODITY_KEY_READS_PER_MINUTE") or 600),
+        metrics_cache_seconds=float(env.get("CODITY_METRICS_CACHE_SECONDS") or 5.0),
         cors_origins=origins,
         trusted_proxies=proxies,
     )

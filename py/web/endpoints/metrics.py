@@ -1,7 +1,9 @@
 """``GET /api/v1/metrics``: the project's queues and workers in the Prometheus text format.
 
-Every figure is read from the database at scrape time, so any number of web replicas report
-the same truth and nothing is kept in the process. Nothing is written, on the job hot path
+Every figure is read from the database, so any number of web replicas report the same
+truth; a process answers a project's scrapes from one read for ``CODITY_METRICS_CACHE_SECONDS``
+(5 s; ``codity.web.scrape_cache``), with its ``Age`` header, so several Prometheus replicas
+scraping every few seconds cost one query set. Nothing is written, on the job hot path
 or anywhere. The credential decides the project, as for every project route: an API key
 (``Authorization: Bearer cdy_...``, viewer role is enough) is what a Prometheus scrape job
 carries. Labels are queue names, job states, worker liveness and quantiles only: never a
@@ -43,6 +45,7 @@ from codity.web.access import Role, Scope
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint
 from codity.web.endpoints.workers import LIVENESS
+from codity.web.scrape_cache import ScrapeCache
 
 __all__ = ["CONTENT_TYPE", "ROUTES", "WINDOW_SECONDS"]
 
@@ -271,7 +274,7 @@ async def _rows(call: Call[None, None], query: str, params: Mapping[str, Any]) -
     return list(await cur.fetchall())
 
 
-async def metrics(call: Call[None, None]) -> Response:
+async def _scrape(call: Call[None, None]) -> bytes:
     project = {"project_id": call.project_id}
     window = {**project, "window": WINDOW_SECONDS, "rows": _WINDOW_ROWS,
               "quantiles": list(QUANTILES)}  # fmt: skip
@@ -286,7 +289,13 @@ async def metrics(call: Call[None, None]) -> Response:
             await _rows(call, _HEALTH, {}),
         )
     )
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+    return bytes(generate_latest(registry))
+
+
+async def metrics(call: Call[None, None]) -> Response:
+    scrapes: ScrapeCache = call.request.app.state.scrapes
+    body, age = await scrapes.get(call.project_id, lambda: _scrape(call))
+    return Response(body, media_type=CONTENT_TYPE, headers={"Age": str(age)})
 
 
 ROUTES = [
