@@ -159,6 +159,7 @@ def _env_int(name: str, default: int, *, what: str = "a whole number", least: in
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from codity.db.service_logins import service_urls
     from codity.demo import DEMO_OPERATOR_EMAIL, DEMO_OPERATOR_PASSWORD, seed_demo
     from codity.supervisor import ChildSpec, Supervisor, serves
 
@@ -174,13 +175,17 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     local = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(args.host, args.host)
     if ":" in local and not local.startswith("["):
         local = f"[{local}]"
+    logins = {s: {"DATABASE_URL": u} for s, u in service_urls(url, settings.home).items()}
     children = [
         ChildSpec(
             "web",
             ["web", "--host", args.host, "--port", str(args.port)],
             ready=serves(f"http://{local}:{args.port}/livez"),
+            env=logins["web"],
         ),
-        ChildSpec("scheduler", ["scheduler", "--tick-ms", str(args.tick_ms)]),
+        ChildSpec(
+            "scheduler", ["scheduler", "--tick-ms", str(args.tick_ms)], env=logins["scheduler"]
+        ),
     ]
     if queues:
         queue_args = [arg for q in queues for arg in ("--queue", q)]
@@ -188,6 +193,7 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
             ChildSpec(
                 f"worker-{i}",
                 ["worker", "--app", args.app, *queue_args, "--concurrency", str(args.concurrency)],
+                env=logins["worker"],
             )
             for i in range(1, args.workers + 1)
         ]

@@ -82,6 +82,8 @@ class ChildSpec:
     args: list[str]
     ready: Callable[[], bool] | None = None
     """How to tell it answers; None: it marks its own health file (workers, the scheduler)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Its own settings over the supervisor's (its DATABASE_URL: the login it connects as)."""
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     next_start: float = 0.0
@@ -105,7 +107,7 @@ class Supervisor:
         self.stop = StopSignal()
 
     def _start(self, child: ChildSpec) -> None:
-        env = self.env
+        env = {**self.env, **child.env}
         if child.health_file is not None:
             env = dict(env, CODITY_HEALTH_FILE=str(child.health_file))
         child.process = subprocess.Popen(

@@ -179,6 +179,9 @@ def migrate(url: str, *, citus: bool = False, shards: int | None = None) -> tupl
                     " codity migrate --citus to distribute Codity over them"
                 )
             applied = _apply_migrations(url)
+            # /readyz compares what is applied with what the code expects, as the web app's
+            # login, which holds codity_app only (docs/SECURITY.md).
+            conn.execute("GRANT SELECT ON public._yoyo_migration TO codity_app, codity_readonly")
             on_cluster = citus or distributed
             if on_cluster:
                 citus_cluster.grant_logins(conn)
