@@ -181,7 +181,13 @@ def migrate(url: str, *, citus: bool = False, shards: int | None = None) -> tupl
             applied = _apply_migrations(url)
             # /readyz compares what is applied with what the code expects, as the web app's
             # login, which holds codity_app only (docs/SECURITY.md).
-            conn.execute("GRANT SELECT ON public._yoyo_migration TO codity_app, codity_readonly")
+            try:
+                conn.execute(
+                    "GRANT SELECT ON public._yoyo_migration TO codity_app, codity_readonly"
+                )
+            except psycopg.errors.InsufficientPrivilege:
+                log.warning("/readyz needs codity_app to read public._yoyo_migration; its owner"
+                            " may grant it")  # fmt: skip
             on_cluster = citus or distributed
             if on_cluster:
                 citus_cluster.grant_logins(conn)
