@@ -82,10 +82,28 @@ class RequestContext:
         path: str = scope.get("path", "")
         started = time.perf_counter()
         status = 500
-        response_started = False
+        response_started = logged = False
+
+        def log_request() -> None:
+            # Once, before the response's last byte leaves: a client (a test) that has the
+            # whole answer finds the line written, never racing it.
+            nonlocal logged
+            if logged:
+                return
+            logged = True
+            extra: dict[str, Any] = {
+                "request_id": request_id,
+                "method": scope.get("method"),
+                "path": path,
+                "status": status,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+            }
+            log.info("request", extra=extra)
 
         async def send_with_headers(message: Message) -> None:
             nonlocal status, response_started
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                log_request()
             if message["type"] == "http.response.start":
                 response_started = True
                 status = message["status"]
@@ -126,14 +144,8 @@ class RequestContext:
                     ],
                 }
             )
+            log_request()
             await send({"type": "http.response.body", "body": body})
         finally:
-            extra: dict[str, Any] = {
-                "request_id": request_id,
-                "method": scope.get("method"),
-                "path": path,
-                "status": status,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-            }
-            log.info("request", extra=extra)
+            log_request()  # a stream cut short, a client gone: said once all the same
             current_request_id.reset(token)
