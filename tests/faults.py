@@ -206,6 +206,57 @@ _UNLOCKED_RELEASE = (
     ),
 )
 
+# --- fold_keeps_events -----------------------------------------------------------------------
+# On a Citus cluster, the fold reads the deferred settlements without deleting them: every
+# later fold (every tick) folds them again, and the rows pile up.
+_FOLD_KEEPS_EVENTS = (
+    Patch(
+        "_fold_settlements.sql",
+        "            DELETE FROM codity.workflow_events e\n"
+        "            WHERE e.queue_id = v_queue\n"
+        "              AND (p_job_ids IS NULL OR e.job_id = ANY (v_ids))\n"
+        "            RETURNING e.job_id, e.outcome",
+        "            SELECT e.job_id, e.outcome  /* FAULT fold_keeps_events */\n"
+        "            FROM codity.workflow_events e\n"
+        "            WHERE e.queue_id = v_queue\n"
+        "              AND (p_job_ids IS NULL OR e.job_id = ANY (v_ids))",
+    ),
+)
+
+# --- no_fold ---------------------------------------------------------------------------------
+# On a Citus cluster, tick never folds the deferred settlements: no child is ever released.
+_NO_FOLD = (
+    Patch(
+        "tick.sql",
+        "    PERFORM codity._fold_settlements(p_now);\n",
+        "    /* FAULT no_fold */\n",
+    ),
+)
+
+# --- no_fold_first ---------------------------------------------------------------------------
+# On a Citus cluster, an operator's action on a settled node (retry_job, replay_dead_letter,
+# retry_workflow, skip_node) does not fold the node's unfolded settlement first: the tick
+# folds it after the node was reset, as if the old outcome were the new one.
+_NO_FOLD_FIRST = (
+    Patch(
+        "replay_dead_letter.sql",
+        "            PERFORM codity._fold_settlements("
+        "ARRAY[v_job.queue_id], ARRAY[v_job.id], p_now);\n",
+        "            /* FAULT no_fold_first */\n",
+    ),
+    Patch(
+        "skip_node.sql",
+        "    PERFORM codity._fold_settlements("
+        "ARRAY[v_node.queue_id], ARRAY[v_node.job_id], p_now);\n",
+        "    /* FAULT no_fold_first */\n",
+    ),
+    Patch(
+        "_reset_nodes.sql",
+        "    PERFORM codity._fold_settlements(\n",
+        "    PERFORM 0 /* FAULT no_fold_first */ WHERE false AND 0 < codity._fold_settlements(\n",
+    ),
+)
+
 _PATCHES: dict[str, tuple[Patch, ...]] = {
     "naive_claim": _NAIVE_CLAIM,
     "no_refund": _NO_REFUND,
@@ -216,6 +267,9 @@ _PATCHES: dict[str, tuple[Patch, ...]] = {
     "any_queue": _ANY_QUEUE,
     "no_isolation": _NO_ISOLATION,
     "unlocked_release": _UNLOCKED_RELEASE,
+    "fold_keeps_events": _FOLD_KEEPS_EVENTS,
+    "no_fold": _NO_FOLD,
+    "no_fold_first": _NO_FOLD_FIRST,
 }
 
 FAULTS: dict[str, str] = {
@@ -228,6 +282,9 @@ FAULTS: dict[str, str] = {
     "any_queue": "claim ignores the worker's project and registered queues",
     "no_isolation": "claim hands out jobs with a crash on record in any batch",
     "unlocked_release": "a workflow child is counted down from a value read before its row lock",
+    "fold_keeps_events": "on Citus, tick folds deferred workflow settlements without deleting them",
+    "no_fold": "on Citus, tick never folds deferred workflow settlements",
+    "no_fold_first": "on Citus, operators reset a node without folding its pending settlement",
 }
 
 

@@ -248,6 +248,7 @@ READONLY_OPERATIONAL_TABLES = {
     "fence_rejections",
     "workflows",
     "job_deps",
+    "workflow_events",
 }
 
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")

@@ -38,6 +38,9 @@ def test_every_fault_is_named_described_and_still_applies_to_the_code() -> None:
         "any_queue",
         "no_isolation",
         "unlocked_release",
+        "fold_keeps_events",
+        "no_fold",
+        "no_fold_first",
     }
     for name, description in FAULTS.items():
         assert description and "\n" not in description, name

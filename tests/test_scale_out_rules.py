@@ -45,6 +45,7 @@ JOB_TABLES = frozenset(
         "queue_totals",
         "queue_limiters",
         "job_deps",
+        "workflow_events",
     }
 )
 # Tables with a queue_id that stay off the distributed side, and why.
@@ -218,6 +219,8 @@ HOT_HELPERS = (
     "_dead_letter",
     "_reject_stale",
     "_enqueue_one",
+    "_settle_nodes",
+    "_settles_later",
 )
 
 

@@ -8,8 +8,9 @@ migration adds must be classified below, or the step refuses to guess).
 What goes where (docs/DESIGN_DECISIONS.md 61):
 
 - **Job tables** (:data:`JOB_TABLES`) are hash-distributed by ``queue_id`` and colocated
-  with ``codity.jobs``: a queue's jobs, executions, dead letters, minute counts, totals and
-  limiter row live in one shard group on one node.
+  with ``codity.jobs``: a queue's jobs, executions, dead letters, minute counts, totals,
+  limiter row, the workflow edges out of its jobs and its jobs' workflow settlements not
+  folded yet (``workflow_events``, DESIGN_DECISIONS 73) live in one shard group on one node.
 - **Small tables** (:data:`REFERENCE_TABLES`) are reference tables, a copy on every node,
   so a body delegated to a worker node reads the queue, the worker and the project locally.
   Referenced tables come first: a reference table created before the tables that point at
@@ -98,6 +99,7 @@ JOB_TABLES = (
     "queue_totals",
     "queue_limiters",
     "job_deps",
+    "workflow_events",
 )
 
 # The bodies by queue id (DESIGN.md, "Room to scale out", rule 1): their first argument is
@@ -314,7 +316,7 @@ def distribute(conn: psycopg.Connection, *, shards: int | None = None) -> Distri
             if table in done:  # distributed by an earlier version of this step
                 conn.execute("SELECT undistribute_table(%s)", [f"codity.{table}"])
         conn.execute("SET LOCAL citus.enable_local_reference_table_foreign_keys = off")
-        # Every shard of the six job tables is created in this transaction over one
+        # Every shard of the job tables is created in this transaction over one
         # connection per node, so the foreign keys between them see each other.
         conn.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
         if any(t not in done for t in JOB_TABLES):

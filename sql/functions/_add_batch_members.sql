@@ -25,6 +25,7 @@ SECURITY INVOKER
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_lock record;
     c_job_keys CONSTANT text[] := ARRAY['queue', 'task', 'payload', 'run_at', 'priority', 'max_attempts'];
     v_n integer;
     v_job jsonb;
@@ -116,12 +117,15 @@ BEGIN
     WHERE c.workflow_id = p_batch_id AND c.node_key IS NOT NULL;
     GET DIAGNOSTICS v_callbacks = ROW_COUNT;
     v_callbacks := v_callbacks / v_n;
-    PERFORM 1 FROM (
-        SELECT c.id FROM codity.jobs c
+    -- Locked one by one, in (queue, id) order: Citus locks no rows of several shards in one
+    -- statement, and a batch has at most three callbacks.
+    FOR v_lock IN
+        SELECT c.queue_id, c.id FROM codity.jobs c
         WHERE c.workflow_id = p_batch_id AND c.node_key IS NOT NULL
         ORDER BY c.queue_id, c.id
-        FOR UPDATE
-    ) AS locked;
+    LOOP
+        PERFORM 1 FROM codity.jobs c WHERE c.queue_id = v_lock.queue_id AND c.id = v_lock.id FOR UPDATE;
+    END LOOP;
     UPDATE codity.jobs c SET deps_remaining = c.deps_remaining + v_n, updated_at = p_now
     WHERE c.workflow_id = p_batch_id AND c.node_key IS NOT NULL AND c.status = 'waiting';
     UPDATE codity.workflows w SET nodes = w.nodes + v_n, edges = w.edges + v_n * v_callbacks

@@ -42,7 +42,7 @@ BEGIN
             p_reason, v_job.last_error, v_job.attempt, p_now)
     RETURNING id INTO v_dead_letter_id;
     IF v_job.workflow_id IS NOT NULL THEN  -- a workflow node: what runs after it is told now
-        PERFORM codity._settle_children(p_queue_id, ARRAY[v_job.id], 'dead_letter', p_now);
+        PERFORM codity._settle_nodes(p_queue_id, ARRAY[v_job.id], 'dead_letter', p_now);
     END IF;
 
     RETURN v_dead_letter_id;

@@ -1,8 +1,13 @@
 -- codity._settle_children: what settling workflow jobs does to the jobs that run after them.
 --
 -- Called in the transaction that settles the parents (completes, dead-letters or cancels
--- them), by complete_many_in_queue, _dead_letter, cancel and cancel_jobs, and only for
--- jobs of a workflow (workflow_id IS NOT NULL): a plain job never comes here.
+-- them), by complete_many_in_queue and _dead_letter (through codity._settle_nodes), cancel,
+-- cancel_jobs, cancel_workflow and skip_node, and only for jobs of a workflow (workflow_id
+-- IS NOT NULL): a plain job never comes here. On a Citus cluster the bodies Citus runs on a
+-- queue's node leave a row in codity.workflow_events instead, and codity.tick folds those
+-- into this function on the coordinator (codity._fold_settlements): the overload by arrays
+-- takes parents of several queues and outcomes at once, so that their children are still
+-- locked in the one global order below.
 --
 -- 1. The parents' open edges are resolved with the outcome (once: a repeated call after a
 --    lost COMMIT finds them resolved and does nothing).
@@ -26,9 +31,9 @@
 -- SECURITY INVOKER without SET: called only from definer functions; granted to nobody.
 
 CREATE OR REPLACE FUNCTION codity._settle_children(
-    p_queue_id bigint,
+    p_queue_ids bigint[],
     p_parent_ids bigint[],
-    p_outcome text,
+    p_outcomes text[],
     p_now timestamptz
 )
 RETURNS void
@@ -53,23 +58,42 @@ DECLARE
     v_cancelled bigint[];
     v_queued boolean;
     v_more record;
+    v_group record;
 BEGIN
-    WITH resolved AS (
-        UPDATE codity.job_deps d SET resolved = p_outcome, resolved_at = p_now
-        WHERE d.queue_id = p_queue_id AND d.parent_id = ANY (p_parent_ids) AND d.resolved IS NULL
-        RETURNING d.child_queue_id, d.child_id, d.child_depth, d.on_failure
-    )
-    SELECT coalesce(pg_catalog.array_agg(d.child_queue_id), '{}'),
-           coalesce(pg_catalog.array_agg(d.child_id), '{}'),
-           coalesce(pg_catalog.array_agg(d.child_depth), '{}'),
-           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome IN ('completed', 'skipped')
-                                                   OR d.on_failure IN ('ignore', 'run') THEN 1 ELSE 0 END), '{}'),
-           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome NOT IN ('completed', 'skipped')
-                                                   AND d.on_failure = 'cancel' THEN 1 ELSE 0 END), '{}'),
-           coalesce(pg_catalog.array_agg(CASE WHEN p_outcome = 'dead_letter' AND d.on_failure = 'run' THEN 1 ELSE 0 END), '{}'),
-           coalesce(pg_catalog.array_agg(CASE WHEN d.on_failure = 'run' THEN 1 ELSE 0 END), '{}')
-    INTO v_queues, v_ids, v_depths, v_ok, v_cancel, v_fire, v_watch
-    FROM resolved AS d;
+    -- The parents' edges, one statement per parent queue and outcome (on a Citus cluster
+    -- each names the shard of that queue), in queue order.
+    FOR v_group IN
+        SELECT g.q, g.outcome, pg_catalog.array_agg(g.id) AS ids
+        FROM unnest(p_queue_ids, p_parent_ids, p_outcomes) AS g(q, id, outcome)
+        GROUP BY g.q, g.outcome
+        ORDER BY g.q, g.outcome
+    LOOP
+        WITH resolved AS (
+            UPDATE codity.job_deps d SET resolved = v_group.outcome, resolved_at = p_now
+            WHERE d.queue_id = v_group.q AND d.parent_id = ANY (v_group.ids) AND d.resolved IS NULL
+            RETURNING d.child_queue_id, d.child_id, d.child_depth, d.on_failure
+        )
+        SELECT pg_catalog.array_agg(d.child_queue_id) AS queues,
+               pg_catalog.array_agg(d.child_id) AS ids,
+               pg_catalog.array_agg(d.child_depth) AS depths,
+               pg_catalog.array_agg(CASE WHEN v_group.outcome IN ('completed', 'skipped')
+                                              OR d.on_failure IN ('ignore', 'run') THEN 1 ELSE 0 END) AS ok,
+               pg_catalog.array_agg(CASE WHEN v_group.outcome NOT IN ('completed', 'skipped')
+                                              AND d.on_failure = 'cancel' THEN 1 ELSE 0 END) AS cancel,
+               pg_catalog.array_agg(CASE WHEN v_group.outcome = 'dead_letter' AND d.on_failure = 'run' THEN 1 ELSE 0 END) AS fire,
+               pg_catalog.array_agg(CASE WHEN d.on_failure = 'run' THEN 1 ELSE 0 END) AS watch
+        INTO v_more
+        FROM resolved AS d;
+        IF v_more.ids IS NOT NULL THEN
+            v_queues := v_queues || v_more.queues;
+            v_ids := v_ids || v_more.ids;
+            v_depths := v_depths || v_more.depths;
+            v_ok := v_ok || v_more.ok;
+            v_cancel := v_cancel || v_more.cancel;
+            v_fire := v_fire || v_more.fire;
+            v_watch := v_watch || v_more.watch;
+        END IF;
+    END LOOP;
 
     WHILE cardinality(v_ids) > 0 LOOP
         v_depth := (SELECT pg_catalog.min(x) FROM unnest(v_depths) AS x);
@@ -166,6 +190,33 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION codity._settle_children(bigint[], bigint[], text[], timestamptz) IS
+'Private: resolve the workflow edges of settled parents of any queues, each with its outcome, and release, count down or cancel their children, level by level, in the same transaction.';
+
+REVOKE ALL ON FUNCTION codity._settle_children(bigint[], bigint[], text[], timestamptz) FROM PUBLIC;
+
+-- The parents of one queue, all settled the same way: what every settlement on one server
+-- calls, and the operators' actions on a Citus cluster too (they run on the coordinator).
+CREATE OR REPLACE FUNCTION codity._settle_children(
+    p_queue_id bigint,
+    p_parent_ids bigint[],
+    p_outcome text,
+    p_now timestamptz
+)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+AS $$
+BEGIN
+    PERFORM codity._settle_children(
+        pg_catalog.array_fill(p_queue_id, ARRAY[cardinality(p_parent_ids)]),
+        p_parent_ids,
+        pg_catalog.array_fill(p_outcome, ARRAY[cardinality(p_parent_ids)]),
+        p_now);
 END;
 $$;
 

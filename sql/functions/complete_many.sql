@@ -105,9 +105,11 @@ BEGIN
               result);
 
     -- Workflow nodes (never a plain job): the jobs that run after them are told in this
-    -- transaction, and the last parent's completion releases them (codity._settle_children).
+    -- transaction, and the last parent's completion releases them (codity._settle_children);
+    -- on a Citus cluster codity.tick does, from a row left on this queue's shard
+    -- (codity._settle_nodes).
     IF v_nodes IS NOT NULL THEN
-        PERFORM codity._settle_children(p_queue_id, v_nodes, 'completed', p_now);
+        PERFORM codity._settle_nodes(p_queue_id, v_nodes, 'completed', p_now);
     END IF;
 
     RETURN QUERY

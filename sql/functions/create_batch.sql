@@ -38,6 +38,7 @@ DECLARE
     c_spec_keys CONSTANT text[] := ARRAY['name', 'idempotency_key', 'jobs', 'callbacks', 'open'];
     c_callbacks CONSTANT text[] := ARRAY['all_done', 'all_succeeded', 'any_dead'];
     c_job_keys CONSTANT text[] := ARRAY['queue', 'task', 'payload', 'run_at', 'priority', 'max_attempts'];
+    v_callback_count integer;
     v_project_id bigint := codity._project_id(p_project_id);
     v_batch_id bigint;
     v_kind text;
@@ -94,7 +95,6 @@ BEGIN
         END IF;
         PERFORM codity._queue(v_callback ->> 'queue', v_project_id);  -- CD001 when unknown
     END LOOP;
-    PERFORM codity._check_single_server('batches');
 
     IF p_spec ? 'idempotency_key' THEN
         SELECT w.id, w.kind INTO v_batch_id, v_kind FROM codity.workflows w
@@ -110,10 +110,12 @@ BEGIN
         END IF;
     END IF;
 
+    -- Counted first: Citus refuses a subquery inside an INSERT's VALUES.
+    v_callback_count := (SELECT pg_catalog.count(*)::integer FROM jsonb_object_keys(v_callbacks));
     BEGIN
         INSERT INTO codity.workflows (project_id, kind, name, idempotency_key, nodes, edges, created_at, sealed_at)
         VALUES (v_project_id, 'batch', p_spec ->> 'name', p_spec ->> 'idempotency_key',
-                (SELECT pg_catalog.count(*)::integer FROM jsonb_object_keys(v_callbacks)), 0, p_now, NULL)
+                v_callback_count, 0, p_now, NULL)
         RETURNING id INTO v_batch_id;
     EXCEPTION WHEN unique_violation THEN
         -- The same key, created by another session that committed while this one checked.
@@ -164,7 +166,8 @@ the order given, then one per callback, with the batch id. An open batch takes m
 (add_to_batch) until seal_batch; its callbacks (but any_dead) wait for the seal. Limits:
 10,000 jobs a call, 100,000 a batch. With an idempotency_key seen before, that batch as it
 is, is_new = false. Raises CD001 (unknown queue), CD002 (unknown project), CD010 (bad
-shape), CD011 (a payload over 64 KB), 0A000 (a Citus cluster); writes nothing then.
+shape), CD011 (a payload over 64 KB); writes nothing then. On a Citus cluster the callbacks
+are released by the scheduler''s next tick after the last member settled.
 Example: SELECT * FROM codity.create_batch(''{"jobs": [{"queue": "img", "task": "thumb", "payload": {"n": 1}}], "callbacks": {"all_done": {"queue": "img", "task": "zip"}}}'');';
 
 REVOKE ALL ON FUNCTION codity.create_batch(jsonb, bigint, timestamptz) FROM PUBLIC;

@@ -9,7 +9,9 @@
 -- which also gives each node its depth, the order its row is locked in when its parents
 -- settle: codity._settle_children). A workflow idempotency key seen before returns that
 -- workflow's nodes with is_new = false. Wakes the queues of the nodes queued now.
--- Caller: any client (SQL). Refused on a Citus cluster for now (0A000, feature_not_supported).
+-- Caller: any client (SQL). On a Citus cluster it runs on the coordinator, which writes the
+-- nodes' shards in one distributed transaction; the nodes' settlements are then folded by
+-- codity.tick (docs/DESIGN_DECISIONS.md 73).
 
 CREATE OR REPLACE FUNCTION codity.enqueue_workflow(
     p_spec jsonb,
@@ -105,7 +107,6 @@ BEGIN
         RAISE EXCEPTION 'a workflow''s idempotency_key must be a string of 1 to 200 characters'
             USING ERRCODE = 'CD010';
     END IF;
-    PERFORM codity._check_single_server('workflows');
 
     -- A workflow enqueued before under this key: its nodes, as they are now.
     IF p_spec ? 'idempotency_key' THEN
@@ -351,7 +352,8 @@ One row per node, in the order given; with an idempotency_key seen before in the
 that workflow''s nodes with is_new = false and nothing written. Limits: 10,000 nodes,
 10,000 parents a node, 50,000 edges. Raises CD001 (unknown queue), CD002 (unknown project),
 CD010 (bad shape, duplicate or unknown key, a node after itself, a cycle, which it names),
-CD011 (a payload over 64 KB), 0A000 (a Citus cluster); writes nothing then.
+CD011 (a payload over 64 KB); writes nothing then. On a Citus cluster a node is released by
+the scheduler''s next tick after its last parent settled, not in that transaction.
 Example: SELECT * FROM codity.enqueue_workflow(''{"nodes": [{"key": "fetch", "queue": "etl", "task": "fetch"}, {"key": "load", "queue": "etl", "task": "load", "after": ["fetch"]}]}'');';
 
 REVOKE ALL ON FUNCTION codity.enqueue_workflow(jsonb, bigint, timestamptz) FROM PUBLIC;

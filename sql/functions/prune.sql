@@ -9,6 +9,9 @@
 -- Nothing newer than codity.rollup_state.rolled_until is deleted: the dashboard's
 -- per-minute figures are counted from the executions first (codity.roll_up). An idempotency
 -- key is remembered as long as its job is kept: once pruned, the key may be used again.
+-- A workflow's jobs are kept until all its nodes have finished (codity._workflow_unfinished;
+-- on a Citus cluster, where a statement on one queue's shard cannot ask the others, the
+-- oldest candidates are read first and their workflows checked in one read over the shards).
 -- Locks: the rows it deletes, taken FOR UPDATE SKIP LOCKED, so a job being retried or
 -- replayed at that moment is left for the next call and nobody waits. Claims never touch
 -- finished jobs, so they never wait for it. Every statement filters on one queue's id
@@ -34,6 +37,10 @@ DECLARE
     v_jobs integer := 0;
     v_executions integer := 0;
     v_dead_letters integer := 0;
+    v_spread boolean := codity._settles_later();
+    v_candidates bigint[];
+    v_workflows bigint[];
+    v_unfinished bigint[];
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 100000 THEN
@@ -56,31 +63,66 @@ BEGIN
         WHERE q.keep_completed_seconds IS NOT NULL OR q.keep_dead_letters_seconds IS NOT NULL
         ORDER BY q.id
     LOOP
-        -- Completed and cancelled jobs, then dead-lettered ones, each by their own period.
-        SELECT coalesce(array_agg(f.id), '{}') INTO v_ids
-        FROM (
-            SELECT j.id
-            FROM codity.jobs j
-            WHERE j.queue_id = v_queue.id
-              AND j.finished_at < v_queue.completed_before
-              AND j.status IN ('completed', 'cancelled')
-              AND (j.workflow_id IS NULL OR NOT codity._workflow_unfinished(j.workflow_id))
-            ORDER BY j.finished_at
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ) f;
-        SELECT v_ids || coalesce(array_agg(f.id), '{}') INTO v_ids
-        FROM (
-            SELECT j.id
-            FROM codity.jobs j
-            WHERE j.queue_id = v_queue.id
-              AND j.finished_at < v_queue.dead_before
-              AND j.status = 'dead_letter'
-              AND (j.workflow_id IS NULL OR NOT codity._workflow_unfinished(j.workflow_id))
-            ORDER BY j.finished_at
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ) f;
+        IF v_spread THEN
+            -- A Citus cluster: a statement on one queue's shard cannot ask the other shards
+            -- whether a job's workflow is finished. The oldest candidates first, unlocked;
+            -- then their unfinished workflows, in one read over the shards; then the lock,
+            -- on this queue's shard, of the candidates kept, their state checked again.
+            SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.workflow_id), '{}')
+            INTO v_candidates, v_workflows
+            FROM (
+                (SELECT j.id, j.workflow_id FROM codity.jobs j
+                 WHERE j.queue_id = v_queue.id AND j.finished_at < v_queue.completed_before
+                   AND j.status IN ('completed', 'cancelled')
+                 ORDER BY j.finished_at LIMIT p_limit)
+                UNION ALL
+                (SELECT j.id, j.workflow_id FROM codity.jobs j
+                 WHERE j.queue_id = v_queue.id AND j.finished_at < v_queue.dead_before
+                   AND j.status = 'dead_letter'
+                 ORDER BY j.finished_at LIMIT p_limit)
+            ) c;
+            v_unfinished := ARRAY(
+                SELECT DISTINCT w.workflow_id FROM codity.jobs w
+                WHERE w.workflow_id = ANY (v_workflows)
+                  AND w.status <> ALL ('{completed,dead_letter,cancelled}'::codity.job_status[]));
+            SELECT coalesce(array_agg(f.id), '{}') INTO v_ids
+            FROM (
+                SELECT j.id
+                FROM codity.jobs j
+                WHERE j.queue_id = v_queue.id AND j.id = ANY (v_candidates)
+                  AND ((j.finished_at < v_queue.completed_before AND j.status IN ('completed', 'cancelled'))
+                       OR (j.finished_at < v_queue.dead_before AND j.status = 'dead_letter'))
+                  AND (j.workflow_id IS NULL OR j.workflow_id <> ALL (v_unfinished))
+                ORDER BY j.finished_at
+                FOR UPDATE SKIP LOCKED
+            ) f;
+        ELSE
+            -- Completed and cancelled jobs, then dead-lettered ones, each by their own period.
+            SELECT coalesce(array_agg(f.id), '{}') INTO v_ids
+            FROM (
+                SELECT j.id
+                FROM codity.jobs j
+                WHERE j.queue_id = v_queue.id
+                  AND j.finished_at < v_queue.completed_before
+                  AND j.status IN ('completed', 'cancelled')
+                  AND (j.workflow_id IS NULL OR NOT codity._workflow_unfinished(j.workflow_id))
+                ORDER BY j.finished_at
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            ) f;
+            SELECT v_ids || coalesce(array_agg(f.id), '{}') INTO v_ids
+            FROM (
+                SELECT j.id
+                FROM codity.jobs j
+                WHERE j.queue_id = v_queue.id
+                  AND j.finished_at < v_queue.dead_before
+                  AND j.status = 'dead_letter'
+                  AND (j.workflow_id IS NULL OR NOT codity._workflow_unfinished(j.workflow_id))
+                ORDER BY j.finished_at
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            ) f;
+        END IF;
         IF pg_catalog.cardinality(v_ids) > 0 THEN
             DELETE FROM codity.job_executions x
             WHERE x.queue_id = v_queue.id AND x.job_id = ANY (v_ids);

@@ -5,7 +5,9 @@
 -- was deleted, a new job is enqueued from the payload copied into the dead letter. Either
 -- way the dead letter records when and into which job it was replayed, once (CD021).
 -- A workflow node's children it held (edges 'hold') wait for it again; those it cancelled
--- stay cancelled (codity.retry_workflow brings a whole branch back).
+-- stay cancelled (codity.retry_workflow brings a whole branch back). On a Citus cluster a
+-- node's dead-lettering may not be folded into its children yet: it is folded first
+-- (codity._fold_settlements, in the tick's turn: codity._hold_settlements).
 -- Locks the dead-letter row and the job row. Callers: operators, the web API.
 
 CREATE OR REPLACE FUNCTION codity.replay_dead_letter(
@@ -56,6 +58,10 @@ BEGIN
             lock_expires_at = NULL, updated_at = p_now
         WHERE j.queue_id = v_job.queue_id AND j.id = v_job.id;
         IF v_job.workflow_id IS NOT NULL THEN  -- the children it holds wait for it again
+            -- A Citus cluster: its settlement, if the tick has not folded it yet, first
+            -- (the tick waits for no row this holds, so taking its turn here is safe).
+            PERFORM codity._hold_settlements();
+            PERFORM codity._fold_settlements(ARRAY[v_job.queue_id], ARRAY[v_job.id], p_now);
             PERFORM codity._reopen_held(v_job.queue_id, ARRAY[v_job.id]);
         END IF;
         v_job_id := v_job.id;

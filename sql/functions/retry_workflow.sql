@@ -15,7 +15,10 @@
 -- naming it: cancel it or wait. Nothing to retry: no row.
 --
 -- Locks the workflow's finished and waiting nodes in (depth, queue, id) order
--- (codity._lock_nodes), as settlements do. Callers: the web API, operators.
+-- (codity._lock_nodes), as settlements do; on a Citus cluster it first takes the turn of the
+-- tick's fold (codity._hold_settlements), and the nodes it resets fold their settlements
+-- still waiting in codity.workflow_events first (codity._reset_nodes). Callers: the web
+-- API, operators.
 
 CREATE OR REPLACE FUNCTION codity.retry_workflow(
     p_workflow_id bigint,
@@ -36,6 +39,9 @@ DECLARE
     v_asked bigint[];
     v_ids bigint[];
     v_busy record;
+    v_level bigint[];
+    v_run bigint[];
+    v_fed bigint[];
 BEGIN
     PERFORM codity._check_clock(p_now);
     IF p_mode IS NULL OR p_mode <> ALL (ARRAY['failed', 'failed_and_downstream', 'all']) THEN
@@ -44,11 +50,24 @@ BEGIN
             USING ERRCODE = 'CD010';
     END IF;
     v_workflow := codity._workflow(p_workflow_id, v_project_id);
+    PERFORM codity._hold_settlements();  -- a Citus cluster: the tick folds none meanwhile
     PERFORM 1 FROM codity._lock_nodes(p_workflow_id, '{waiting,completed,dead_letter,cancelled}');
 
     -- The nodes asked for: the failed ones, and for the two wider modes what runs after.
     IF p_mode = 'all' THEN
         v_asked := ARRAY(SELECT j.id FROM codity.jobs j WHERE j.workflow_id = p_workflow_id);
+    ELSIF codity._settles_later() THEN
+        -- A Citus cluster runs no recursive query over several shards: the same walk, a
+        -- level a statement, over the workflow's edges.
+        v_asked := ARRAY(SELECT j.id FROM codity.jobs j
+                         WHERE j.workflow_id = p_workflow_id AND j.status IN ('dead_letter', 'cancelled'));
+        v_level := v_asked;
+        WHILE p_mode = 'failed_and_downstream' AND cardinality(v_level) > 0 LOOP
+            v_level := ARRAY(SELECT DISTINCT d.child_id FROM codity.job_deps d
+                             WHERE d.workflow_id = p_workflow_id AND d.parent_id = ANY (v_level)
+                               AND d.child_id <> ALL (v_asked));
+            v_asked := v_asked || v_level;
+        END LOOP;
     ELSE
         v_asked := ARRAY(
             WITH RECURSIVE asked (queue_id, id) AS (
@@ -63,8 +82,8 @@ BEGIN
     END IF;
 
     SELECT j.id, j.node_key, j.status INTO v_busy
-    FROM codity.jobs j JOIN unnest(v_asked) AS r(id) ON r.id = j.id
-    WHERE j.workflow_id = p_workflow_id
+    FROM codity.jobs j
+    WHERE j.workflow_id = p_workflow_id AND j.id = ANY (v_asked)
       AND j.status IN ('claimed', 'running', 'queued', 'scheduled')
     ORDER BY j.id
     LIMIT 1;
@@ -77,13 +96,26 @@ BEGIN
 
     -- Waiting nodes are recounted by _reset_nodes without being restarted; a 'run' node
     -- none of whose parents runs again has nothing to watch and stays as it is.
-    SELECT coalesce(pg_catalog.array_agg(j.id ORDER BY j.id), '{}') INTO v_ids
-    FROM codity.jobs j JOIN unnest(v_asked) AS r(id) ON r.id = j.id
-    WHERE j.workflow_id = p_workflow_id AND j.status <> 'waiting'
-      AND NOT (EXISTS (SELECT 1 FROM codity.job_deps d
-                       WHERE d.child_queue_id = j.queue_id AND d.child_id = j.id AND d.on_failure = 'run')
-               AND NOT EXISTS (SELECT 1 FROM codity.job_deps d JOIN unnest(v_asked) AS p(id) ON p.id = d.parent_id
-                               WHERE d.child_queue_id = j.queue_id AND d.child_id = j.id));
+    IF codity._settles_later() THEN
+        -- A Citus cluster joins the jobs to the edges only on the parent's queue: the 'run'
+        -- nodes and those a parent asked for feeds are read from the edges first.
+        v_run := ARRAY(SELECT d.child_id FROM codity.job_deps d
+                       WHERE d.workflow_id = p_workflow_id AND d.on_failure = 'run');
+        v_fed := ARRAY(SELECT d.child_id FROM codity.job_deps d
+                       WHERE d.workflow_id = p_workflow_id AND d.parent_id = ANY (v_asked));
+        SELECT coalesce(pg_catalog.array_agg(j.id ORDER BY j.id), '{}') INTO v_ids
+        FROM codity.jobs j
+        WHERE j.workflow_id = p_workflow_id AND j.id = ANY (v_asked) AND j.status <> 'waiting'
+          AND NOT (j.id = ANY (v_run) AND j.id <> ALL (v_fed));
+    ELSE
+        SELECT coalesce(pg_catalog.array_agg(j.id ORDER BY j.id), '{}') INTO v_ids
+        FROM codity.jobs j JOIN unnest(v_asked) AS r(id) ON r.id = j.id
+        WHERE j.workflow_id = p_workflow_id AND j.status <> 'waiting'
+          AND NOT (EXISTS (SELECT 1 FROM codity.job_deps d
+                           WHERE d.child_queue_id = j.queue_id AND d.child_id = j.id AND d.on_failure = 'run')
+                   AND NOT EXISTS (SELECT 1 FROM codity.job_deps d JOIN unnest(v_asked) AS p(id) ON p.id = d.parent_id
+                                   WHERE d.child_queue_id = j.queue_id AND d.child_id = j.id));
+    END IF;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;

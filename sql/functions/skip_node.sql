@@ -9,7 +9,9 @@
 -- node, or one completed already, is an illegal transition (CD020).
 --
 -- Locks the workflow's waiting and cancelled nodes and this one in (depth, queue, id)
--- order (codity._lock_nodes), as settlements do. Callers: the web API, operators.
+-- order (codity._lock_nodes), as settlements do; on a Citus cluster it first takes the turn
+-- of the tick's fold (codity._hold_settlements) and folds the node's settlement if it is
+-- still waiting in codity.workflow_events. Callers: the web API, operators.
 
 CREATE OR REPLACE FUNCTION codity.skip_node(
     p_workflow_id bigint,
@@ -29,9 +31,12 @@ DECLARE
     v_node record;
     v_revive bigint[];
     v_more bigint[];
+    v_children bigint[];
+    v_kept bigint[];
 BEGIN
     PERFORM codity._check_clock(p_now);
     PERFORM codity._workflow(p_workflow_id, v_project_id);
+    PERFORM codity._hold_settlements();  -- a Citus cluster: the tick folds none meanwhile
     SELECT j.id, j.queue_id INTO v_node FROM codity.jobs j
     WHERE j.workflow_id = p_workflow_id AND j.node_key = p_node_key;
     IF v_node.id IS NULL THEN
@@ -48,11 +53,30 @@ BEGIN
                   HINT = CASE WHEN v_node.job_status = 'completed' THEN 'It ran already.'
                               ELSE 'Cancel it, or let it finish.' END;
     END IF;
+    -- A Citus cluster: its settlement, if the tick has not folded it yet, is folded first.
+    PERFORM codity._fold_settlements(ARRAY[v_node.queue_id], ARRAY[v_node.job_id], p_now);
 
     IF v_node.job_status IN ('dead_letter', 'cancelled') THEN
         -- The cancelled nodes below it whose every cancelling parent comes back too.
         v_revive := ARRAY[v_node.job_id];
         LOOP
+            IF codity._settles_later() THEN
+                -- A Citus cluster joins the jobs to the edges only on the parent's queue:
+                -- the children, and those another failed parent cancels, from the edges first.
+                v_children := ARRAY(SELECT DISTINCT e.child_id FROM codity.job_deps e
+                                    WHERE e.workflow_id = p_workflow_id AND e.parent_id = ANY (v_revive));
+                v_kept := ARRAY(SELECT DISTINCT o.child_id FROM codity.job_deps o
+                                WHERE o.workflow_id = p_workflow_id AND o.child_id = ANY (v_children)
+                                  AND o.on_failure = 'cancel' AND o.resolved IN ('dead_letter', 'cancelled')
+                                  AND o.parent_id <> ALL (v_revive));
+                v_more := ARRAY(SELECT c.id FROM codity.jobs c
+                                WHERE c.workflow_id = p_workflow_id AND c.id = ANY (v_children)
+                                  AND c.status = 'cancelled' AND c.id <> ALL (v_revive)
+                                  AND c.id <> ALL (v_kept));
+                EXIT WHEN cardinality(v_more) = 0;
+                v_revive := v_revive || v_more;
+                CONTINUE;
+            END IF;
             v_more := ARRAY(
                 SELECT DISTINCT c.id FROM codity.jobs p
                 JOIN codity.job_deps e ON e.queue_id = p.queue_id AND e.parent_id = p.id

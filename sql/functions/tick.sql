@@ -1,8 +1,10 @@
 -- codity.tick: one pass of every cluster-wide loop.
 --
--- sweep_workers first (so dead workers' leases are cut), then reap (requeue them), then
--- promote (due scheduled jobs), then materialize_cron (due schedules), then roll_up (the
--- dashboard's per-minute figures, once a minute). Each step is safe
+-- sweep_workers first (so dead workers' leases are cut), then reap (requeue them), then,
+-- on a Citus cluster, the workflow settlements left by the bodies Citus ran on the queues'
+-- nodes (codity._fold_settlements), then promote (due scheduled jobs), then
+-- materialize_cron (due schedules), then roll_up (the dashboard's per-minute figures, once
+-- a minute). Each step is safe
 -- with several schedulers at once, so no leader is needed. The scheduler process calls
 -- this every SCHEDULER_TICK_MS; pg_cron can call it instead (docs/RUNBOOK.md).
 
@@ -29,6 +31,9 @@ BEGIN
     SELECT count(*) FILTER (WHERE r.outcome = 'requeued'), count(*) FILTER (WHERE r.outcome = 'dead_letter')
     INTO v_reaped, v_dead_lettered
     FROM codity.reap(p_now) AS r;
+    -- On a Citus cluster: the workflow nodes settled since the last tick (those reap just
+    -- dead-lettered too) release, count down or cancel their children. Nothing on one server.
+    PERFORM codity._fold_settlements(p_now);
     v_promoted := codity.promote(p_now);
     SELECT count(*) INTO v_materialized FROM codity.materialize_cron(p_now);
     PERFORM codity.roll_up(p_now);
