@@ -61,6 +61,10 @@ class Side:
     worker: int = 0
     extra_project: int = 0
     spare_user: int = 0
+    workflow: int = 0
+    nodes: dict[str, int] = field(default_factory=dict)
+    """The workflow's nodes (first -> mid -> last, over three queues) by key: job ids."""
+    batch: int = 0
 
     def q(self, n: int) -> str:
         return self.queues[n]
@@ -125,6 +129,31 @@ def _side(conn: psycopg.Connection[Any], slug: str, mark: str) -> Side:
         one(conn, "SELECT last_job_id FROM codity.scheduled_jobs WHERE project_id = %s", [p])
     )
     side.jobs.add(one(conn, "SELECT codity.run_schedule_now('nightly', %s)", [p]))
+    # A workflow over three queues (shards on both nodes) and an open batch over two.
+    flow = {
+        "name": f"{mark}-flow",
+        "nodes": [
+            {"key": "first", "queue": names[2], "task": f"{mark}.first"},
+            {"key": "mid", "queue": names[3], "task": f"{mark}.mid", "after": ["first"]},
+            {"key": "last", "queue": names[4], "task": f"{mark}.last", "after": ["mid"]},
+        ],
+    }
+    made = conn.execute(
+        "SELECT workflow_id, node_key, job_id FROM codity.enqueue_workflow(%s, %s)",
+        [Jsonb(flow), p],
+    ).fetchall()
+    side.workflow, side.nodes = made[0][0], {key: job for _, key, job in made}
+    batch = {
+        "name": f"{mark}-batch",
+        "open": True,
+        "jobs": [{"queue": names[5], "task": f"{mark}.member"}],
+        "callbacks": {"all_done": {"queue": names[6], "task": f"{mark}.done"}},
+    }
+    members = conn.execute(
+        "SELECT batch_id, job_id FROM codity.create_batch(%s, %s)", [Jsonb(batch), p]
+    ).fetchall()
+    side.batch = members[0][0]
+    side.jobs |= set(side.nodes.values()) | {job for _, job in members}
     side.extra_project = one(
         conn,
         "INSERT INTO codity.projects (org_id, slug, name) VALUES (%s, 'extra', 'Extra')"
@@ -285,7 +314,9 @@ def _worker(client: TestClient, headers: dict[str, str], side: Side) -> None:
 def _overview(client: TestClient, headers: dict[str, str], side: Side) -> None:
     seen = _data(client.get("/api/v1/overview", headers=headers))
     assert sorted(q["queue"] for q in seen["queues"]) == side.queues
-    assert seen["totals"]["total"] == len(side.jobs)
+    # The overview counts jobs a worker could take or holds, or that finished: a workflow's
+    # nodes waiting on their parents (mid, last, the batch's callback) are not among them.
+    assert seen["totals"]["total"] == len(side.jobs) - 3
     assert (seen["workers_alive"], seen["dead_letters_unreplayed"]) == (1, 1)
     rising = [p["code"] for q in seen["queues"] for p in q["problems"]]
     assert "dead_letters_rising" in rising
@@ -347,6 +378,32 @@ def _api_keys(client: TestClient, headers: dict[str, str], side: Side) -> None:
     assert len(_data(client.get("/api/v1/api-keys", headers=headers))) == 2
 
 
+def _workflows(client: TestClient, headers: dict[str, str], side: Side) -> None:
+    listed = _data(client.get("/api/v1/workflows", headers=headers))
+    assert {(w["id"], w["kind"], w["state"]) for w in listed} == {
+        (side.workflow, "workflow", "running"),
+        (side.batch, "batch", "open"),
+    }
+
+
+def _workflow(client: TestClient, headers: dict[str, str], side: Side) -> None:
+    flow = _data(client.get(f"/api/v1/workflows/{side.workflow}", headers=headers))
+    assert {n["node_key"]: (n["id"], n["status"]) for n in flow["nodes"]} == {
+        "first": (side.nodes["first"], "queued"),
+        "mid": (side.nodes["mid"], "waiting"),
+        "last": (side.nodes["last"], "waiting"),
+    }
+    assert {(e["parent_id"], e["child_id"]) for e in flow["edges"]} == {
+        (side.nodes["first"], side.nodes["mid"]),
+        (side.nodes["mid"], side.nodes["last"]),
+    }
+
+
+def _job_workflow(client: TestClient, headers: dict[str, str], side: Side) -> None:
+    got = _data(client.get(f"/api/v1/jobs/{side.nodes['mid']}/workflow", headers=headers))
+    assert (got["workflow"]["id"], got["workflow"]["node_key"]) == (side.workflow, "mid")
+
+
 READS: dict[str, Check] = {
     "GET /api/v1/auth/me": _me,
     "GET /api/v1/queues": _queues,
@@ -371,6 +428,9 @@ READS: dict[str, Check] = {
     "GET /api/v1/members": _members,
     "GET /api/v1/api-keys": _api_keys,
     "GET /api/v1/metrics": _metrics,
+    "GET /api/v1/workflows": _workflows,
+    "GET /api/v1/workflows/{workflow_id:int}": _workflow,
+    "GET /api/v1/jobs/{job_id:int}/workflow": _job_workflow,
 }
 """Every GET route that needs a credential, and what it must answer on the cluster."""
 
@@ -489,6 +549,13 @@ WRITES = {
     "POST /api/v1/auth/refresh",
     "POST /api/v1/auth/logout",
     "POST /api/v1/auth/switch",
+    "POST /api/v1/workflows",
+    "POST /api/v1/workflows/{workflow_id:int}/cancel",
+    "POST /api/v1/workflows/{workflow_id:int}/retry",
+    "POST /api/v1/workflows/{workflow_id:int}/nodes/{node_key}/skip",
+    "POST /api/v1/batches",
+    "POST /api/v1/batches/{batch_id:int}/jobs",
+    "POST /api/v1/batches/{batch_id:int}/seal",
 }
 """Every route that is not a GET; test_every_write_route_answers_on_the_cluster calls each."""
 
@@ -507,7 +574,7 @@ def test_every_write_route_answers_on_the_cluster(
     called: set[str] = set()
 
     def send(method: str, path: str, headers: dict[str, str], status: int, **kw: Any) -> Any:
-        route = re.sub(r"/(\d+|a-q\d|nightly|reports|digest)(?=/|$)", "/X", path)
+        route = re.sub(r"/(\d+|a-q\d|nightly|reports|digest|mid)(?=/|$)", "/X", path)
         called.add(f"{method} {route}")
         got = app_client.request(method, path, headers=headers, **kw)
         assert got.status_code == status, f"{method} {path}: {got.text[:400]}"
@@ -570,6 +637,35 @@ def test_every_write_route_answers_on_the_cluster(
     dry = send("POST", "/api/v1/dead-letters/replay", admin, 200, json={"dry_run": True})
     assert dry["count"] == 0 and dry["as_of"]
     send("POST", "/api/v1/dead-letters/replay", admin, 200, json={"as_of": dry["as_of"]})
+    # Workflows and batches: a graph over two nodes' shards, acted on; a batch grown, sealed.
+    graph = {
+        "nodes": [
+            {"key": "first", "queue": a.q(2), "task": "t"},
+            {"key": "mid", "queue": a.q(3), "task": "t", "after": ["first"]},
+            {"key": "last", "queue": a.q(4), "task": "t", "after": ["mid"]},
+        ]
+    }
+    flow = send("POST", "/api/v1/workflows", member, 201, json=graph)
+    statuses = {n["node_key"]: n["status"] for n in flow["nodes"]}
+    assert statuses == {"first": "queued", "mid": "waiting", "last": "waiting"}
+    base = f"/api/v1/workflows/{flow['id']}"
+    skipped = send("POST", base + "/nodes/mid/skip", member, 200)
+    assert {n["node_key"]: n["status"] for n in skipped["nodes"]}["mid"] == "completed"
+    assert send("POST", base + "/cancel", member, 200)["state"] == "failed"
+    retried = send("POST", base + "/retry", member, 200, json={"mode": "failed"})
+    assert retried["state"] == "running"
+    opened = send(
+        "POST", "/api/v1/batches", member, 201,
+        json={"open": True, "jobs": [{"queue": a.q(5), "task": "t"}],
+              "callbacks": {"all_done": {"queue": a.q(6), "task": "t"}}},
+    )  # fmt: skip
+    added = send(
+        "POST", f"/api/v1/batches/{opened['id']}/jobs", member, 201,
+        json={"jobs": [{"queue": a.q(7), "task": "t"}]},
+    )  # fmt: skip
+    assert len(added) == 1
+    sealed = send("POST", f"/api/v1/batches/{opened['id']}/seal", member, 200)
+    assert sealed["sealed_at"] is not None and sealed["state"] == "running"
     # Schedules.
     digest = {"name": "digest", "queue": a.q(1), "cron": "0 3 * * *", "task": "t"}
     assert send("POST", "/api/v1/schedules", admin, 201, json=digest)["name"] == "digest"
@@ -631,6 +727,7 @@ def _page_path(path: str, side: Side) -> str:
         "job_id": side.dead_job,
         "dead_letter_id": side.dead_letter,
         "worker_id": side.worker,
+        "workflow_id": side.workflow,
     }
     if path.startswith(("/schedules/", "/fragments/schedules/")):
         values["name"] = "nightly"
@@ -663,6 +760,10 @@ PAGE_CONTENT: dict[str, Callable[[Side], list[str]]] = {
     "/fragments/workers/{worker_id:int}": lambda s: [f"/jobs/{s.held_job}"],
     "/settings": lambda s: [s.tenant.slug],
     "/jobs/bulk/confirm": lambda s: ['data-count="'],
+    "/workflows": lambda s: [f"/workflows/{s.workflow}", f"/workflows/{s.batch}"],
+    "/fragments/workflows": lambda s: [f"/workflows/{s.workflow}", f"/workflows/{s.batch}"],
+    "/workflows/{workflow_id:int}": lambda s: [f"/jobs/{j}" for j in s.nodes.values()],
+    "/fragments/workflows/{workflow_id:int}": lambda s: ["<code>mid</code>"],
     "/signin": lambda s: [],
 }
 
@@ -710,6 +811,10 @@ def test_the_dashboards_actions_work_on_the_cluster(session: Session, world: Wor
         ("/schedules/nightly/pause", {}),
         ("/schedules/nightly/resume", {}),
         ("/schedules/nightly/run", {}),
+        (f"/workflows/{a.workflow}/nodes/mid/skip", {}),
+        (f"/workflows/{a.workflow}/cancel", {}),
+        (f"/workflows/{a.workflow}/retry", {"mode": "failed"}),
+        (f"/workflows/{a.batch}/seal", {}),
     ]
     for path, form in steps:
         got = session.post(path, form)
