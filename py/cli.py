@@ -368,10 +368,20 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
                 write=not args.no_write,
             )
         if args.against:
+            from codity.bench.against_peers import run_peers_command
             from codity.bench.against_pgqueuer import run_against_command
 
             if args.workers is not None or args.concurrency is not None:
                 raise UsageError("bench --against runs its own matrix: no --workers/--concurrency")
+            if args.against != "pgqueuer":
+                return run_peers_command(
+                    database_url(settings),
+                    home=settings.home,
+                    against=args.against,
+                    quick=args.quick,
+                    jobs=args.jobs,
+                    write=not args.no_write,
+                )
             return run_against_command(
                 database_url(settings),
                 home=settings.home,
@@ -597,8 +607,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-write", action="store_true", help="leave docs/PERFORMANCE.md alone")
     bench.add_argument(
         "--against",
-        choices=["pgqueuer"],
-        help="side by side with PGQueuer 1.6 (installed into a virtual environment of its own)",
+        choices=["pgqueuer", "graphile-worker", "pg-boss", "all"],
+        help="side by side with PGQueuer 1.6 (a virtual environment of its own), Graphile"
+        " Worker 0.17 or pg-boss 10 (npm, into the bench's own folder), or all three",
     )
     bench.add_argument(
         "--citus",

@@ -1,4 +1,4 @@
-"""What ``codity bench --against pgqueuer`` runs and what it found: plain frozen dataclasses.
+"""What ``codity bench --against`` runs and what it found: plain frozen dataclasses.
 
 Both systems are described by the same records, so that every figure of one has its
 counterpart in the other and the ratio is a division, not an interpretation.
@@ -13,6 +13,10 @@ from codity.bench._model import Machine, percentile
 
 __all__ = [
     "CODITY",
+    "GRAPHILE",
+    "PGBOSS",
+    "PGBOSS_DEFAULT_POLL_S",
+    "PGBOSS_TUNED_POLL_S",
     "PGQUEUER",
     "AgainstOptions",
     "AgainstReport",
@@ -26,6 +30,11 @@ __all__ = [
 
 CODITY = "Codity"
 PGQUEUER = "PGQueuer"
+GRAPHILE = "Graphile Worker"
+PGBOSS = "pg-boss"
+PGBOSS_TUNED_POLL_S = 0.5
+"""pg-boss's shortest polling interval (its ``pollingIntervalSeconds`` must be >= 0.5)."""
+PGBOSS_DEFAULT_POLL_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +67,12 @@ class Config:
     """How one system's workers were run for a drain.
 
     ``batch`` is what one claim asks for (Codity: the worker's concurrency, which is its
-    claim size; PGQueuer: ``--batch-size``); ``limit`` is PGQueuer's
-    ``--max-concurrent-tasks`` (None: unlimited, its default) and unused for Codity.
+    claim size; PGQueuer: ``--batch-size``; pg-boss: ``batchSize``), or Graphile Worker's
+    ``concurrentJobs``; ``limit`` is PGQueuer's ``--max-concurrent-tasks`` (None: unlimited,
+    its default), Graphile Worker's local queue size (None: none, its default) or the
+    number of pg-boss ``work()`` loops per process, and unused for Codity. A Graphile
+    Worker with a local queue also batches its completions (``completeJobBatchDelay`` 0);
+    a tuned pg-boss polls every 0.5 s, its default every 2 s.
     """
 
     system: str
@@ -72,6 +85,14 @@ class Config:
     def label(self) -> str:
         if self.system == CODITY:
             shape = f"concurrency {self.batch}"
+        elif self.system == GRAPHILE:
+            shape = f"concurrency {self.batch}"
+            if self.limit is not None:
+                shape += f", local queue {self.limit}, batched completion"
+        elif self.system == PGBOSS:
+            loops = f"{self.limit} work() loop{'s' if self.limit != 1 else ''}"
+            poll = PGBOSS_DEFAULT_POLL_S if self.default else PGBOSS_TUNED_POLL_S
+            shape = f"batchSize {self.batch}, {loops}, poll {poll:g} s"
         else:
             limit = "unlimited" if self.limit is None else str(self.limit)
             shape = f"batch {self.batch}, max {limit}"

@@ -7,6 +7,7 @@ without the markers gets the section appended at its end.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from codity.bench._against_model import CODITY, PGQUEUER, AgainstReport, Series
@@ -14,7 +15,15 @@ from codity.bench._ceiling import CEILINGS, CLIENTS
 from codity.bench._model import percentile
 from codity.bench._report import write_section
 
-__all__ = ["BEGIN", "END", "HEADING", "render_against", "render_block", "write_against"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "HEADING",
+    "render_against",
+    "render_block",
+    "series_table",
+    "write_against",
+]
 
 BEGIN = "<!-- BEGIN codity bench against pgqueuer: generated; rerun the command below -->"
 END = "<!-- END codity bench against pgqueuer -->"
@@ -96,10 +105,15 @@ def _summary_table(r: AgainstReport) -> str:
 
 
 def _matrix(r: AgainstReport) -> str:
+    return series_table(r.series)
+
+
+def series_table(series: Iterable[Series]) -> str:
+    """Every configuration drained, one row each (``--against`` of any peer)."""
     lines = ["| System | Processes | Configuration | jobs/s (median) | Rounds (jobs/s) | "
              "WAL per job | PostgreSQL CPU per job | Workers' CPU per job |",
              "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |"]  # fmt: skip
-    for s in r.series:
+    for s in series:
         rounds = ", ".join(_n(x.per_second) for x in s.runs)
         lines.append(f"| {s.config.system} | {s.config.processes} | {s.config.label} | "
                      f"{_n(s.per_second)} | {rounds} | {s.wal_per_job / 1000:.2f} kB | "

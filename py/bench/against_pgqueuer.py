@@ -54,7 +54,7 @@ from codity.bench._throughput import reset_jobs
 from codity.bench._workers import BenchError
 from codity.explain import scratch_database
 
-__all__ = ["configurations", "run_against", "run_against_command"]
+__all__ = ["commit_of_checkout", "configurations", "run_against", "run_against_command"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def configurations(quick: bool) -> list[Config]:
             Config(PGQUEUER, 2, PGQUEUER_DEFAULT_BATCH, default=True)]  # fmt: skip
 
 
-def _commit() -> str:
+def commit_of_checkout() -> str:
     """This checkout's commit, marked when tracked files differ from it."""
     root = Path(__file__).resolve().parents[2]
 
@@ -96,7 +96,7 @@ def _commit() -> str:
 def run_against(url: str, home: Path, options: AgainstOptions) -> AgainstReport:
     """Every measurement of both systems, in scratch databases on ``url``'s server."""
     load_before = load_average()
-    commit = _commit()  # now: the engine measured is the one migrated at the start
+    commit = commit_of_checkout()  # now: the engine measured is the one migrated at the start
     started_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     began = time.monotonic()
     configs = configurations(options.quick)
