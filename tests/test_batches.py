@@ -411,3 +411,53 @@ def test_a_batch_of_ten_thousand_and_its_callback(conn: psycopg.Connection, work
         f"\nbatch of 10,000: created in {created:.2f} s; claimed and completed in {drained:.2f} s;"
         f" the last 1,000, which released the callback, in {last:.3f} s"
     )
+
+
+@pytest.mark.parametrize("first", ["workflow", "batch"])
+def test_a_workflow_and_a_batch_racing_for_one_key_the_second_is_refused(
+    db_url: str, conn: psycopg.Connection, worker: int, first: str
+) -> None:
+    """The second session checks the key before the first commits, then meets the unique
+    index: it must refuse the other kind's key (CD010), as it does when it sees the key at
+    once, not answer the other kind's jobs as its own (or nothing at all)."""
+    calls = {
+        "workflow": (
+            "SELECT workflow_id FROM codity.enqueue_workflow(%s)",
+            {"idempotency_key": "k-race", "nodes": [{"key": "a", "queue": "img", "task": "t"}]},
+        ),
+        "batch": (
+            "SELECT batch_id FROM codity.create_batch(%s)",
+            {"idempotency_key": "k-race", "jobs": [_job(0)]},
+        ),
+    }
+    second = "batch" if first == "workflow" else "workflow"
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db_url) as holder:
+        holder.execute(calls[first][0], [Jsonb(calls[first][1])])  # not committed yet
+        holder_pid = holder.info.backend_pid
+
+        def race() -> None:
+            with psycopg.connect(db_url, autocommit=True) as other:
+                try:
+                    outcome["rows"] = other.execute(
+                        calls[second][0], [Jsonb(calls[second][1])]
+                    ).fetchall()
+                except psycopg.Error as exc:
+                    outcome["error"] = exc
+
+        racer = threading.Thread(target=race)
+        racer.start()
+        deadline = time.monotonic() + 10
+        while not one(
+            conn,
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            [holder_pid],
+        ):
+            assert time.monotonic() < deadline, "the second call never waited on the key"
+            time.sleep(0.01)
+        holder.commit()
+        racer.join(10)
+    error = outcome.get("error")
+    assert error is not None, f"the {second} took the {first}'s key: {outcome.get('rows')}"
+    assert error.sqlstate == "CD010" and f"names {first}" in str(error), error
+    assert one(conn, "SELECT count(*) FROM codity.workflows") == 1

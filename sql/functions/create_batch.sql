@@ -118,12 +118,18 @@ BEGIN
                 v_callback_count, 0, p_now, NULL)
         RETURNING id INTO v_batch_id;
     EXCEPTION WHEN unique_violation THEN
-        -- The same key, created by another session that committed while this one checked.
+        -- The same key, created by another session that committed while this one checked:
+        -- its batch; a workflow's key is refused as above.
+        SELECT w.id, w.kind INTO v_batch_id, v_kind FROM codity.workflows w
+        WHERE w.project_id = v_project_id AND w.idempotency_key = p_spec ->> 'idempotency_key';
+        IF v_kind = 'workflow' THEN
+            RAISE EXCEPTION 'idempotency key % names workflow %, not a batch', p_spec -> 'idempotency_key', v_batch_id
+                USING ERRCODE = 'CD010';
+        END IF;
         RETURN QUERY
         SELECT w.id, j.id, j.node_key, j.queue_id, j.status, false
         FROM codity.workflows w JOIN codity.jobs j ON j.workflow_id = w.id
-        WHERE w.project_id = v_project_id AND w.idempotency_key = p_spec ->> 'idempotency_key'
-          AND w.kind = 'batch'
+        WHERE w.id = v_batch_id
         ORDER BY j.node_key NULLS FIRST, j.id;
         RETURN;
     END;

@@ -287,7 +287,14 @@ BEGIN
         RETURNING id INTO v_workflow_id;
     EXCEPTION WHEN unique_violation THEN
         -- The same key, enqueued by another session that committed while this one checked:
-        -- its workflow, read by a statement that sees that commit.
+        -- its workflow, read by a statement that sees that commit; a batch's key is refused
+        -- as above.
+        SELECT w.id, w.kind INTO v_workflow_id, v_kind FROM codity.workflows w
+        WHERE w.project_id = v_project_id AND w.idempotency_key = p_spec ->> 'idempotency_key';
+        IF v_kind = 'batch' THEN
+            RAISE EXCEPTION 'idempotency key % names batch %, not a workflow', p_spec -> 'idempotency_key', v_workflow_id
+                USING ERRCODE = 'CD010';
+        END IF;
         RETURN QUERY
         SELECT w.id, j.node_key, j.id, j.queue_id, j.status, false
         FROM codity.workflows w JOIN codity.jobs j ON j.workflow_id = w.id
