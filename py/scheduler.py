@@ -44,7 +44,7 @@ def prune(conn: psycopg.Connection, budget_s: float) -> tuple[int, ...]:
 
 def housekeep(conn: psycopg.Connection, budget_s: float) -> tuple[int, ...]:
     """The same with ``codity.prune_housekeeping``: workers long gone, refresh tokens long
-    expired."""
+    expired, fence rejections past their period (counted into their totals)."""
     return _until_done(conn, "SELECT * FROM codity.prune_housekeeping(p_limit => %s)", budget_s)
 
 
@@ -129,7 +129,10 @@ def run_scheduler(url: str, tick_ms: int, stop: threading.Event | StopSignal) ->
                         budget = max(0.0, tick_ms / 2000 - (time.monotonic() - started))
                         gone = housekeep(conn, budget)
                         if any(gone):
-                            log.info("pruned %d old workers, %d refresh tokens", *gone)
+                            log.info(
+                                "pruned %d old workers, %d refresh tokens, %d fence rejections",
+                                *gone,
+                            )
                     elapsed = time.monotonic() - started
                     stop.wait(max(0.0, tick_ms / 1000 - elapsed))
         except TRANSIENT as exc:

@@ -511,6 +511,13 @@ CASES = [
         ("p_keep_refresh_tokens", "0 or more", "-1 days"),
     ),
     Case(
+        "housekeeping-negative-fence-rejection-period",
+        "SELECT * FROM codity.prune_housekeeping(p_keep_fence_rejections => interval '-1 day')",
+        "CD010",
+        InvalidInput,
+        ("p_keep_fence_rejections", "0 or more", "-1 days"),
+    ),
+    Case(
         "housekeeping-null-token-period",
         "SELECT * FROM codity.prune_housekeeping(p_keep_refresh_tokens => NULL)",
         "CD010",

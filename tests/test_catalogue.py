@@ -156,7 +156,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.pause_schedule(text,bigint,timestamp with time zone)",
     "codity.promote(timestamp with time zone,integer)",
     "codity.prune(timestamp with time zone,integer)",
-    "codity.prune_housekeeping(timestamp with time zone,integer,interval,interval)",
+    "codity.prune_housekeeping(timestamp with time zone,integer,interval,interval,interval)",
     "codity.roll_up(timestamp with time zone)",
     "codity.rate_limit_hit(text,integer,interval,integer,timestamp with time zone)",
     "codity.rate_limit_refund(text,interval,timestamp with time zone,integer,"
@@ -246,6 +246,7 @@ READONLY_OPERATIONAL_TABLES = {
     "scheduled_jobs",
     "workers",
     "fence_rejections",
+    "fence_rejection_totals",
     "workflows",
     "job_deps",
     "workflow_events",

@@ -507,3 +507,25 @@ def test_rate_limits_hold_in_each_of_two_queues_on_two_nodes_at_once(
     assert max(windows.values()) <= rate
     assert len(shared) >= 2, "both queues were claimed from in the same windows"
     assert all(float(s) < 8 for s in spans.values()), spans
+
+
+def test_old_fence_rejections_are_pruned_and_counted_on_the_cluster(conn: Conn) -> None:
+    """codity.prune_housekeeping on Citus: the rejections (a reference table) older than 30
+    days go, counted into fence_rejection_totals (a reference table too, keyed with NULLS
+    NOT DISTINCT) in the same distributed transaction; rows plus totals stay the same."""
+    queue = create_queue(conn, "rejected")
+    project = one(conn, "SELECT project_id FROM codity.queues WHERE id = %s", [queue])
+    old = datetime.now(UTC) - timedelta(days=40)
+    for q, p in ((queue, project), (queue, project), (None, None)):
+        conn.execute(
+            "INSERT INTO codity.fence_rejections (job_id, queue_id, project_id, call,"
+            " presented_fence, rejected_at) VALUES (1, %s, %s, 'complete', 1, %s)",
+            [q, p, old],
+        )
+    assert row(conn, "SELECT * FROM codity.prune_housekeeping()")[2] == 3
+    assert one(conn, "SELECT count(*) FROM codity.fence_rejections") == 0
+    totals = conn.execute(
+        "SELECT project_id, queue_id, rejections FROM codity.fence_rejection_totals"
+        " ORDER BY project_id NULLS FIRST"
+    ).fetchall()
+    assert totals == [(None, None, 1), (project, queue, 2)]

@@ -1,10 +1,11 @@
 """Housekeeping: codity.prune_housekeeping keeps the tables outside the queues bounded.
 
-Workers long gone and long-expired refresh tokens are deleted, and nothing else: an active
-worker, a recent one, a dead worker that still holds a job, a token that expired lately, a
-rotated token whose family is still live, and every fence rejection all stay. Time moves
-through ``p_now``. A locked row is passed over without waiting, and the scheduler calls it
-by itself.
+Workers long gone, long-expired refresh tokens and fence rejections past their period are
+deleted, and nothing else: an active worker, a recent one, a dead worker that still holds a
+job, a token that expired lately, a rotated token whose family is still live, and a recent
+fence rejection all stay; a deleted rejection is counted into codity.fence_rejection_totals,
+so /metrics' total never falls. Time moves through ``p_now``. A locked row is passed over
+without waiting, and the scheduler calls it by itself.
 """
 
 from __future__ import annotations
@@ -31,8 +32,14 @@ def api(tx: psycopg.Connection) -> Api:
 
 
 def _housekeep(api: Api, now_s: float, limit: int = 1000) -> tuple[int, int]:
+    """Workers and refresh tokens deleted (fence rejections: :func:`_rejections_pruned`)."""
     found = api.row("SELECT * FROM codity.prune_housekeeping(%s, %s)", [at(now_s), limit])
     return int(found[0]), int(found[1])
+
+
+def _rejections_pruned(api: Api, now_s: float, limit: int = 1000) -> int:
+    found = api.row("SELECT * FROM codity.prune_housekeeping(%s, %s)", [at(now_s), limit])
+    return int(found[2])
 
 
 def _workers(api: Api) -> set[int]:
@@ -67,16 +74,48 @@ def test_workers_go_7_days_after_they_stopped_unless_they_hold_a_job(api: Api) -
     assert _workers(api) == {active, holder}
 
 
-def test_fence_rejections_stay_as_metrics_counts_them(api: Api) -> None:
-    """/metrics reports codity_fence_rejections_total as a count of these rows: a Prometheus
-    counter must never fall, so none is ever deleted by housekeeping."""
+def _reject(api: Api, project: int | None, queue: int | None, at_s: float) -> None:
     api.conn.execute(
-        "INSERT INTO codity.fence_rejections (job_id, call, presented_fence, rejected_at) "
-        "VALUES (1, 'complete', 1, %s)",
-        [at(0)],
+        "INSERT INTO codity.fence_rejections (job_id, queue_id, project_id, call,"
+        " presented_fence, rejected_at) VALUES (1, %s, %s, 'complete', 1, %s)",
+        [queue, project, at(at_s)],
     )
-    assert _housekeep(api, 3650 * DAY) == (0, 0)
-    assert api.value("SELECT count(*) FROM codity.fence_rejections") == 1
+
+
+def _counted(api: Api) -> dict[tuple[int | None, int | None], int]:
+    """What /metrics adds up per (project, queue): the rows left plus the totals."""
+    rows = api.conn.execute(
+        "SELECT project_id, queue_id, sum(n)::int FROM ("
+        " SELECT project_id, queue_id, count(*) AS n FROM codity.fence_rejections"
+        "  GROUP BY 1, 2"
+        " UNION ALL SELECT project_id, queue_id, rejections FROM codity.fence_rejection_totals"
+        ") r GROUP BY 1, 2"
+    ).fetchall()
+    return {(p, q): n for p, q, n in rows}
+
+
+def test_fence_rejections_go_after_30_days_and_the_count_never_falls(api: Api) -> None:
+    """/metrics reports codity_fence_rejections_total as the rows plus what was pruned: a
+    Prometheus counter must never fall. Break it: delete without adding to the totals — the
+    count drops from 4 to 1 for the queue."""
+    queue = api.queue("hk")
+    project = api.value("SELECT project_id FROM codity.queues WHERE id = %s", [queue])
+    for at_s in (0, DAY, 2 * DAY, 40 * DAY):
+        _reject(api, project, queue, at_s)
+    _reject(api, None, None, 0)  # about a job that never existed: no queue, no project
+    before = _counted(api)
+    assert before == {(project, queue): 4, (None, None): 1}
+    assert _rejections_pruned(api, 30 * DAY) == 0  # none older than 30 days yet
+    assert _rejections_pruned(api, 33 * DAY, limit=2) == 2  # the two oldest
+    assert _counted(api) == before
+    assert _rejections_pruned(api, 33 * DAY, limit=2) == 2
+    assert _rejections_pruned(api, 33 * DAY) == 0
+    assert api.value("SELECT count(*) FROM codity.fence_rejections") == 1  # day 40's
+    assert _counted(api) == before
+    assert api.conn.execute(
+        "SELECT project_id, queue_id, rejections FROM codity.fence_rejection_totals"
+        " ORDER BY project_id NULLS FIRST"
+    ).fetchall() == [(None, None, 1), (project, queue, 3)]
 
 
 def _token(
@@ -136,12 +175,12 @@ def test_a_locked_worker_row_is_passed_over_without_waiting(db_url: str) -> None
         found = conn.execute(
             "SELECT * FROM codity.prune_housekeeping(now() + interval '8 days')"
         ).fetchone()
-        assert found == (1, 0)
+        assert found == (1, 0, 0)
         holder.rollback()
         found = conn.execute(
             "SELECT * FROM codity.prune_housekeeping(now() + interval '8 days')"
         ).fetchone()
-        assert found == (1, 0)
+        assert found == (1, 0, 0)
 
 
 def test_the_scheduler_housekeeps_at_its_first_tick(tmp_path: Path, db_url: str) -> None:
@@ -168,7 +207,9 @@ def test_the_scheduler_housekeeps_at_its_first_tick(tmp_path: Path, db_url: str)
                 alive=[scheduler],
             )
             wait_until(
-                lambda: scheduler.logged("pruned 1 old workers, 0 refresh tokens"),
+                lambda: scheduler.logged(
+                    "pruned 1 old workers, 0 refresh tokens, 0 fence rejections"
+                ),
                 timeout=10,
                 what="the scheduler says so",
             )

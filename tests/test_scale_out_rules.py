@@ -54,6 +54,8 @@ SMALL_QUEUE_KEYED = {
     "scheduled_jobs",
     # A log of refused calls, rare; queue_id is NULL for a job that never existed.
     "fence_rejections",
+    # Those refused calls counted once pruned: a row per project and queue, like the log.
+    "fence_rejection_totals",
 }
 APP_POLICY = "(project_id = codity.current_project_id())"
 

@@ -78,6 +78,7 @@ REFERENCE_TABLES = (
     "workers",
     "scheduled_jobs",
     "fence_rejections",
+    "fence_rejection_totals",
     "job_transitions",
     "settings",
     "rollup_state",

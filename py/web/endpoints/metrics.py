@@ -159,11 +159,18 @@ HEALTH_HELP = {
     "workers_silent": "Active workers not heard from for twice their heartbeat (reconnecting)",
 }
 
+# The rejections on record plus those pruned (codity.prune_housekeeping counts them into
+# fence_rejection_totals as it deletes them): a total that never falls.
 _FENCE_REJECTIONS = """
-SELECT coalesce(q.name, '') AS queue, count(*) AS rejections
-FROM codity.fence_rejections f
-LEFT JOIN codity.queues q ON q.id = f.queue_id
-WHERE f.project_id = %(project_id)s
+SELECT coalesce(q.name, '') AS queue, sum(r.n)::bigint AS rejections
+FROM (
+    SELECT f.queue_id, count(*) AS n FROM codity.fence_rejections f
+    WHERE f.project_id = %(project_id)s GROUP BY f.queue_id
+    UNION ALL
+    SELECT t.queue_id, t.rejections FROM codity.fence_rejection_totals t
+    WHERE t.project_id = %(project_id)s
+) r
+LEFT JOIN codity.queues q ON q.id = r.queue_id
 GROUP BY 1
 ORDER BY 1
 """
