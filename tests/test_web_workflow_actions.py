@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from codity.web.access import Role
 from tests.sqlapi import one
@@ -256,3 +257,22 @@ def test_a_viewer_may_read_but_not_act(
             got = _post(client, path, viewer, body)
             assert got.status_code == 403, (path, got.text)
     assert conn.execute("SELECT id, status FROM codity.jobs ORDER BY id").fetchall() == before
+
+
+def test_a_batch_with_nothing_in_it_is_refused_not_a_server_error(
+    db_url: str, conn: psycopg.Connection, tenant: Tenant, worker: int, member: User
+) -> None:
+    """Found by the fuzz: an open batch with no job and no callback made no row, so the
+    route had no id to answer with (500). The model and the database both refuse it."""
+    before = _written(conn)
+    with web_client(db_url) as client:
+        got = _post(client, "/api/v1/batches", member, {"open": True, "jobs": [], "callbacks": {}})
+    assert got.status_code == 422, got.text
+    assert "a job or a callback" in got.text
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(
+            "SELECT * FROM codity.create_batch(%s, %s)",
+            [Jsonb({"open": True, "jobs": []}), tenant.project_id],
+        )
+    assert caught.value.sqlstate == "CD010" and "a job or a callback" in str(caught.value)
+    assert _written(conn) == before

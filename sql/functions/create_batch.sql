@@ -77,6 +77,12 @@ BEGIN
             pg_catalog.left(v_callbacks::text, 100)
             USING ERRCODE = 'CD010';
     END IF;
+    -- Nothing to run and no row to answer with: the caller could not even learn its id.
+    IF v_callbacks = '{}'::jsonb
+       AND coalesce(p_spec -> 'jobs', '[]'::jsonb) IN ('[]'::jsonb, 'null'::jsonb) THEN
+        RAISE EXCEPTION 'a batch needs a job or a callback (an open batch may start with its callbacks alone)'
+            USING ERRCODE = 'CD010';
+    END IF;
     FOR v_name, v_callback IN SELECT e.key, e.value FROM jsonb_each(v_callbacks) AS e LOOP
         IF pg_catalog.jsonb_typeof(v_callback) IS DISTINCT FROM 'object' OR v_callback - c_job_keys <> '{}'::jsonb
            OR pg_catalog.jsonb_typeof(v_callback -> 'queue') IS DISTINCT FROM 'string' THEN

@@ -120,6 +120,9 @@ class BatchSpec(Strict):
     def _something_to_wait_for(self) -> Self:
         if not self.jobs and not self.open:
             raise ValueError("a sealed batch needs at least one job (or create it open)")
+        callbacks = (self.callbacks.all_done, self.callbacks.all_succeeded, self.callbacks.any_dead)
+        if not self.jobs and all(c is None for c in callbacks):
+            raise ValueError("a batch needs a job or a callback")
         return self
 
     def spec(self) -> dict[str, Any]:
