@@ -40,7 +40,9 @@ from psycopg.pq import TransactionStatus
 from codity.db import migrate
 from codity.db.embedded import EmbeddedServer
 from tests.citus import CitusCluster, cluster_from_environment
+from tests.fault_tasks import create_tables
 from tests.ports import free_port
+from tests.processes import Probe, Processes
 
 TEMPLATE = f"codity_template_{os.getpid()}"
 T = TypeVar("T")
@@ -308,3 +310,20 @@ def tx(shared_db_url: str) -> Iterator[psycopg.Connection]:
     """
     with rolled_back(shared_db_url) as connection:
         yield connection
+
+
+@pytest.fixture
+def probe(db_url: str) -> Iterator[Probe]:
+    """A watcher of the fault tests' tables (tests/fault_tasks.py), on this test's database;
+    the Citus fault tests bring their own, on the cluster."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        create_tables(conn)
+    with Probe(db_url) as p:
+        yield p
+
+
+@pytest.fixture
+def procs(tmp_path: Path, db_url: str) -> Iterator[Processes]:
+    """Real ``codity`` processes on this test's database, stopped at the end."""
+    with Processes(tmp_path, db_url) as processes:
+        yield processes

@@ -43,20 +43,6 @@ LEASE_S = 2
 # -- fixtures and helpers ------------------------------------------------------------------
 
 
-@pytest.fixture
-def probe(db_url: str) -> Iterator[Probe]:
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        create_tables(conn)
-    with Probe(db_url) as p:
-        yield p
-
-
-@pytest.fixture
-def procs(tmp_path: Path, db_url: str) -> Iterator[Processes]:
-    with Processes(tmp_path, db_url) as processes:
-        yield processes
-
-
 def _queue(
     probe: Probe, name: str, *, lease_s: int = LEASE_S, max_crashes: int = 5, attempts: int = 3
 ) -> None:

@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,6 @@ from psycopg.types.json import Jsonb
 
 from codity.backoff import Backoff
 from codity.worker import JobContext, Registry, Worker, WorkerConfig
-from tests.fault_tasks import create_tables
 from tests.ports import free_port
 from tests.processes import CODITY, REPO_ROOT, Probe, Processes, Ticker, wait_until
 from tests.test_worker_runtime import _run_until, _setup, _statuses
@@ -201,20 +199,6 @@ def test_a_job_with_a_crash_on_record_is_claimed_alone_and_only_by_an_idle_worke
 
 
 # -- 4. the poison pill and its neighbours, with real processes ------------------------------
-
-
-@pytest.fixture
-def probe(db_url: str) -> Iterator[Probe]:
-    with psycopg.connect(db_url, autocommit=True) as c:
-        create_tables(c)
-    with Probe(db_url) as p:
-        yield p
-
-
-@pytest.fixture
-def procs(tmp_path: Path, db_url: str) -> Iterator[Processes]:
-    with Processes(tmp_path, db_url) as processes:
-        yield processes
 
 
 @pytest.mark.faults

@@ -160,20 +160,6 @@ def _overlapping_executions(probe: Probe) -> list[tuple[Any, ...]]:
     )
 
 
-@pytest.fixture
-def probe(db_url: str) -> Iterator[Probe]:
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        create_tables(conn)
-    with Probe(db_url) as p:
-        yield p
-
-
-@pytest.fixture
-def procs(tmp_path: Path, db_url: str) -> Iterator[Processes]:
-    with Processes(tmp_path, db_url) as processes:
-        yield processes
-
-
 # -- 1. 1,000 interleaved settlements ------------------------------------------------------
 
 

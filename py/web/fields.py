@@ -11,9 +11,17 @@ logs and pages.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 __all__ = [
     "CONTROL",
@@ -49,6 +57,20 @@ def no_nul(value: str) -> str:
         raise ValueError("must not contain NUL characters")
     return value
 
+
+def readable_in_utc(value: dt.datetime) -> dt.datetime:
+    """A time whose UTC falls past the year 9999 (9999-12-31T23:59-14:00) is stored by
+    PostgreSQL but cannot be read back into an answer: refused before anything is written,
+    since answers are read after the write commits."""
+    try:
+        value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("run_at must be at most 9999-12-31T23:59:59Z") from None
+    return value
+
+
+RunAt = Annotated[AwareDatetime, AfterValidator(readable_in_utc)]
+"""When a job is due: with an offset, and readable back in UTC."""
 
 BoundedText = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(no_nul)]
 """A task name, idempotency key or similar short label."""

@@ -15,13 +15,13 @@ import logging
 from typing import Any, Self
 
 from psycopg.types.json import Jsonb
-from pydantic import AwareDatetime, BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, ReadBack, Reply
 from codity.web.endpoints.jobs import Job, job_read_back
-from codity.web.fields import BoundedText, QueueName, Strict
+from codity.web.fields import BoundedText, QueueName, RunAt, Strict
 from codity.web.lookups import fetch_all
 
 __all__ = ["ROUTES"]
@@ -34,7 +34,7 @@ MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 class JobSpec(Strict):
     task: BoundedText
     payload: dict[str, Any] = Field(default_factory=dict)
-    run_at: AwareDatetime | None = None
+    run_at: RunAt | None = None
     delay_ms: int | None = Field(None, ge=0, le=MAX_DELAY_MS)
     priority: int = Field(0, ge=-1000, le=1000)
     max_attempts: int | None = Field(None, ge=1, le=1000)
@@ -44,14 +44,6 @@ class JobSpec(Strict):
     def _one_way_to_say_when(self) -> Self:
         if self.run_at is not None and self.delay_ms is not None:
             raise ValueError("give run_at or delay_ms, not both")
-        if self.run_at is not None:
-            # A time whose UTC falls past the year 9999 (9999-12-31T23:59-14:00) is stored by
-            # PostgreSQL but cannot be read back into an answer; refused before the job is
-            # written, since the answer is read after the enqueue commits.
-            try:
-                self.run_at.astimezone(dt.UTC)
-            except OverflowError:
-                raise ValueError("run_at must be at most 9999-12-31T23:59:59Z") from None
         return self
 
 

@@ -16,18 +16,17 @@ did. Payload values are never logged: counts only.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from typing import Annotated, Any, Literal, Self
 
 from psycopg.types.json import Jsonb
-from pydantic import AfterValidator, AwareDatetime, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from codity.web.access import Limit, Role, Scope
 from codity.web.call import Call
 from codity.web.endpoint import Endpoint, ReadBack, Reply
 from codity.web.endpoints.workflows import MAX_NODES, WorkflowDetail, read_workflow
-from codity.web.fields import BoundedText, QueueName, Strict, no_nul
+from codity.web.fields import BoundedText, QueueName, RunAt, Strict, no_nul
 from codity.web.lookups import fetch_all, path_id
 
 __all__ = ["ROUTES"]
@@ -46,18 +45,9 @@ class JobFields(Strict):
     queue: QueueName
     task: BoundedText
     payload: dict[str, Any] = Field(default_factory=dict)
-    run_at: AwareDatetime | None = None
+    run_at: RunAt | None = None
     priority: int = Field(0, ge=-1000, le=1000)
     max_attempts: int | None = Field(None, ge=1, le=1000)
-
-    @model_validator(mode="after")
-    def _run_at_readable(self) -> Self:
-        if self.run_at is not None:
-            try:
-                self.run_at.astimezone(dt.UTC)
-            except OverflowError:
-                raise ValueError("run_at must be at most 9999-12-31T23:59:59Z") from None
-        return self
 
     def spec(self) -> dict[str, Any]:
         """The job object of the SQL API: only what was given, run_at in ISO 8601."""
@@ -106,6 +96,12 @@ class BatchCallbacks(Strict):
     any_dead: JobFields | None = None
     """Runs when a member is dead-lettered; cancelled when none was."""
 
+    def given(self) -> dict[str, JobFields]:
+        """The callbacks given, by name."""
+        named = {"all_done": self.all_done, "all_succeeded": self.all_succeeded,
+                 "any_dead": self.any_dead}  # fmt: skip
+        return {name: job for name, job in named.items() if job is not None}
+
 
 class BatchSpec(Strict):
     name: BoundedText | None = None
@@ -120,23 +116,14 @@ class BatchSpec(Strict):
     def _something_to_wait_for(self) -> Self:
         if not self.jobs and not self.open:
             raise ValueError("a sealed batch needs at least one job (or create it open)")
-        callbacks = (self.callbacks.all_done, self.callbacks.all_succeeded, self.callbacks.any_dead)
-        if not self.jobs and all(c is None for c in callbacks):
+        if not self.jobs and not self.callbacks.given():
             raise ValueError("a batch needs a job or a callback")
         return self
 
     def spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "jobs": [j.spec() for j in self.jobs],
-            "callbacks": {
-                name: callback.spec()
-                for name, callback in (
-                    ("all_done", self.callbacks.all_done),
-                    ("all_succeeded", self.callbacks.all_succeeded),
-                    ("any_dead", self.callbacks.any_dead),
-                )
-                if callback is not None
-            },
+            "callbacks": {name: job.spec() for name, job in self.callbacks.given().items()},
         }
         if self.open:
             spec["open"] = True
