@@ -356,6 +356,15 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             except KeyboardInterrupt:
                 print("codity bench: interrupted; the servers it started are gone", file=sys.stderr)
                 return 130
+        if args.cost_model:
+            from codity.bench.cost_model import run_cost_model_command
+
+            if args.against or args.citus or args.fairness or args.workers or args.concurrency:
+                raise UsageError("bench --cost-model runs its own phases: only --quick, --jobs"
+                                 " and --no-write go with it")  # fmt: skip
+            return run_cost_model_command(
+                home=settings.home, quick=args.quick, jobs=args.jobs, write=not args.no_write
+            )
         if args.fairness:
             from codity.bench.fairness import run_fairness_command
 
@@ -622,6 +631,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a backlog in one queue beside 10 jobs/s into another, two workers serving both"
         " (issue 26); docs/PERFORMANCE.md, 'Fair share between queues'",
+    )
+    bench.add_argument(
+        "--cost-model",
+        action="store_true",
+        help="what one job costs the database from enqueue to completion (WAL, statements,"
+        " row versions, index entries), Codity beside Graphile Worker and PGQueuer, on a"
+        " server started for the run; docs/PERFORMANCE.md, 'The cost of one job'",
     )
     bench.set_defaults(func=_cmd_bench)
 

@@ -111,6 +111,10 @@ class DrainRun:
     """CPU of every PostgreSQL process over the same span (None: the server is not local)."""
     workers_cpu_s: float
     """CPU of the worker processes over the same span."""
+    wal_window: tuple[str, str] | None = None
+    """The WAL insert positions of that span (codity.bench.cost_model reads the records)."""
+    statements: int | None = None
+    """Statements the system's processes sent in that span (with pg_stat_statements only)."""
 
     @property
     def per_second(self) -> float:

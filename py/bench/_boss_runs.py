@@ -112,7 +112,8 @@ def boss_drain(env: NodeEnv, dsn: str, conn: Conn, config: Config, jobs: int) ->
         raise BenchError(f"pg-boss drain of {jobs}: {completed} of {total} completed, "
                          f"{retried} retried, {ran} runs of {distinct} ids; every job should "
                          "have run exactly once")  # fmt: skip
-    return DrainRun(jobs, seconds, spent.wal_bytes, spent.server_cpu_s, spent.workers_cpu_s)
+    return DrainRun(jobs, seconds, spent.wal_bytes, spent.server_cpu_s, spent.workers_cpu_s,
+                    wal_window=spent.wal_window, statements=spent.statements)  # fmt: skip
 
 
 def boss_pickup(env: NodeEnv, dsn: str, conn: Conn, samples: int) -> PickupRun:

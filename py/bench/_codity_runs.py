@@ -103,7 +103,8 @@ def codity_drain(dsn: str, conn: Conn, config: Config, jobs: int, log_dir: Path)
     if completed != jobs or executions != jobs:
         raise BenchError(f"Codity drain of {jobs}: {completed} completed with {executions} "
                          "executions; every job should have run exactly once")  # fmt: skip
-    return DrainRun(jobs, seconds, spent.wal_bytes, spent.server_cpu_s, spent.workers_cpu_s)
+    return DrainRun(jobs, seconds, spent.wal_bytes, spent.server_cpu_s, spent.workers_cpu_s,
+                    wal_window=spent.wal_window, statements=spent.statements)  # fmt: skip
 
 
 def codity_pickup(dsn: str, conn: Conn, samples: int, log_dir: Path) -> PickupRun:

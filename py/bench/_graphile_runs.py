@@ -82,7 +82,8 @@ def graphile_drain(env: NodeEnv, dsn: str, conn: Conn, config: Config, jobs: int
     first = min(t.first for t in tallies if t.first is not None)
     finished = max(t.finished for t in tallies if t.finished is not None)
     return DrainRun(jobs, finished - first, spent.wal_bytes, spent.server_cpu_s,
-                    spent.workers_cpu_s)  # fmt: skip
+                    spent.workers_cpu_s, wal_window=spent.wal_window,
+                    statements=spent.statements)  # fmt: skip
 
 
 def graphile_pickup(env: NodeEnv, dsn: str, conn: Conn, samples: int) -> PickupRun:

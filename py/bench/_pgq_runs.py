@@ -145,7 +145,8 @@ def pgq_drain(pgq: PgqEnv, dsn: str, conn: Conn, config: Config, jobs: int) -> D
     if left or picked != jobs or done != jobs:
         raise BenchError(f"PGQueuer drain of {jobs}: {left} left, {picked} picks, {done} "
                          "completions; every job should have run exactly once")  # fmt: skip
-    return DrainRun(jobs, seconds, spent.wal_bytes, spent.server_cpu_s, spent.workers_cpu_s)
+    return DrainRun(jobs, seconds, spent.wal_bytes, spent.server_cpu_s, spent.workers_cpu_s,
+                    wal_window=spent.wal_window, statements=spent.statements)  # fmt: skip
 
 
 def _starts(path: Path) -> dict[int, float]:

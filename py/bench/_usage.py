@@ -33,6 +33,8 @@ class Usage:
     lsn: str
     server_cpu_s: float | None
     workers_cpu_s: float
+    statements: int | None = None
+    """Statements other sessions sent to this database, when it has pg_stat_statements."""
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -89,6 +91,28 @@ def _server_cpu(postmaster: int | None) -> float | None:
     return _cpu(own, reaped=True) + sum(_cpu(c) for c in _children(postmaster))
 
 
+# Top-level statements of this database sent by any role but the reader's: the bench reads
+# and polls as a login of its own (codity.bench.cost_model), the systems run as another.
+_STATEMENTS = """
+SELECT coalesce(sum(s.calls), 0)::bigint FROM public.pg_stat_statements s
+WHERE s.toplevel
+  AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                WHERE d.datname = pg_catalog.current_database())
+  AND s.userid <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+"""
+
+
+def _statements(conn: psycopg.Connection[Any]) -> int | None:
+    row = conn.execute(
+        "SELECT pg_catalog.to_regclass('public.pg_stat_statements') IS NOT NULL"
+    ).fetchone()
+    if row is None or not row[0]:
+        return None
+    found = conn.execute(_STATEMENTS).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
 def read_usage(conn: psycopg.Connection[Any], postmaster: int | None) -> Usage:
     row = conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
@@ -96,6 +120,7 @@ def read_usage(conn: psycopg.Connection[Any], postmaster: int | None) -> Usage:
         lsn=str(row[0]),
         server_cpu_s=_server_cpu(postmaster),
         workers_cpu_s=sum(_cpu(c) for c in _children(os.getpid())),
+        statements=_statements(conn),
     )
 
 
@@ -104,6 +129,10 @@ class Spent:
     wal_bytes: int
     server_cpu_s: float | None
     workers_cpu_s: float
+    wal_window: tuple[str, str] = ("0/0", "0/0")
+    """The insert positions read before and after: where codity.bench.cost_model reads
+    the WAL record by record."""
+    statements: int | None = None
 
 
 def spent_since(conn: psycopg.Connection[Any], before: Usage, postmaster: int | None) -> Spent:
@@ -117,4 +146,8 @@ def spent_since(conn: psycopg.Connection[Any], before: Usage, postmaster: int | 
     server = None
     if now.server_cpu_s is not None and before.server_cpu_s is not None:
         server = now.server_cpu_s - before.server_cpu_s
-    return Spent(int(row[0]), server, now.workers_cpu_s - before.workers_cpu_s)
+    statements = None
+    if now.statements is not None and before.statements is not None:
+        statements = now.statements - before.statements
+    return Spent(int(row[0]), server, now.workers_cpu_s - before.workers_cpu_s,
+                 wal_window=(before.lsn, now.lsn), statements=statements)  # fmt: skip
