@@ -121,7 +121,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.cron_next(text,timestamp with time zone,text)",
     "codity.cron_validate(text,text)",
     "codity.complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone,"
-    "boolean)",
+    "boolean,integer[])",
     "codity.complete_many(bigint[],integer[],jsonb[],timestamp with time zone)",
     "codity.create_queue(text,bigint,integer,text,integer,integer,integer,integer,integer,integer,"
     "integer,integer,integer,integer,integer)",
@@ -145,7 +145,7 @@ REVIEWED_SECURITY_DEFINER = {
     "codity.retry_workflow(bigint,text,bigint,timestamp with time zone)",
     "codity.skip_node(bigint,text,bigint,timestamp with time zone)",
     "codity.dep_results(bigint,bigint,integer)",
-    "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
+    "codity.fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone,integer)",
     "codity.fail(bigint,integer,text,boolean,timestamp with time zone)",
     "codity.find_project(text)",
     "codity.extend_leases(bigint,bigint,bigint[],integer[],timestamp with time zone)",

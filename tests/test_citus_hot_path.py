@@ -133,9 +133,16 @@ def test_each_hot_call_of_the_worker_goes_whole_to_the_node_of_its_queue(
             query, params = {
                 "complete_many": (
                     COMPLETE_MANY,
-                    [queue, [j for j, _ in held], [f for _, f in held], [Jsonb({"ok": 1})] * 2],
+                    # The second job waited 120 ms for a slot (issue 29 item 7).
+                    [
+                        queue,
+                        [j for j, _ in held],
+                        [f for _, f in held],
+                        [Jsonb({"ok": 1})] * 2,
+                        [0, 120],
+                    ],
                 ),
-                "fail": (_FAIL, [queue, job, fence, "boom", True]),
+                "fail": (_FAIL, [queue, job, fence, "boom", True, 50]),
                 "release": (_RELEASE, [queue, job, fence]),
                 "extend_leases": (
                     EXTEND_LEASES,

@@ -305,7 +305,7 @@ def test_a_hot_body_without_the_queue_id_first_is_named(tx: Conn) -> None:
     )
     tx.execute(
         "ALTER FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean,"
-        " timestamp with time zone) RENAME TO fail_by_queue"
+        " timestamp with time zone, integer) RENAME TO fail_by_queue"
     )
     tx.execute(
         "CREATE FUNCTION codity.fail_in_queue(p_job_id bigint, p_fence integer)"

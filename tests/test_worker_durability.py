@@ -46,7 +46,7 @@ def test_the_claim_waits_for_its_wal_and_the_completion_batch_does_not(
     conn.commit()
     job_id, fence = rows[0][0], rows[0][1]
 
-    outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None]]).fetchall()
+    outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None], None]).fetchall()
     assert [row[2] for row in outcomes] == ["applied"]
     assert _setting(conn) == "off", "the completion batch commits without waiting for its WAL"
     conn.commit()
@@ -93,13 +93,15 @@ def test_with_a_synchronous_standby_asked_for_the_completion_batch_waits_like_an
     conn.commit()
     standby_names("codity_test_standby")
     try:
-        outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None]]).fetchall()
+        outcomes = conn.execute(
+            COMPLETE_MANY, [queue_id, [job_id], [fence], [None], None]
+        ).fetchall()
         assert [row[2] for row in outcomes] == ["applied"]
         assert _setting(conn) == "on", "with a synchronous standby, the batch must wait for it"
         conn.rollback()
     finally:
         conn.rollback()
         standby_names("")
-    outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None]]).fetchall()
+    outcomes = conn.execute(COMPLETE_MANY, [queue_id, [job_id], [fence], [None], None]).fetchall()
     assert _setting(conn) == "off", "without one, the batch is relaxed again"
     conn.commit()

@@ -55,7 +55,8 @@ def worker_loop_script() -> str:
     complete = COMPLETE_MANY
     for placeholder, variable in (("%s,", ":queue,"), ("%s::bigint[]", ":ids::bigint[]"),
                                   ("%s::integer[]", ":fences::integer[]"),
-                                  ("%s::jsonb[]", "NULL::jsonb[]")):  # fmt: skip
+                                  ("%s::jsonb[]", "NULL::jsonb[]"),
+                                  ("%s::integer[]", "NULL::integer[]")):  # fmt: skip
         complete = complete.replace(placeholder, variable, 1)
     if "%" in claim + complete:
         raise BenchError("a worker statement has a parameter the pgbench script does not fill")
@@ -112,7 +113,7 @@ def drain_as_the_worker(
     done = 0
     while claimed := conn.execute(CLAIM_AND_START, claim, prepare=True).fetchall():
         ids, fences = [r[0] for r in claimed], [r[1] for r in claimed]
-        outcomes = conn.execute(COMPLETE_MANY, [queue_id, ids, fences, [None] * len(ids)],
+        outcomes = conn.execute(COMPLETE_MANY, [queue_id, ids, fences, [None] * len(ids), None],
                                 prepare=True).fetchall()  # fmt: skip
         refused = [row for row in outcomes if row[2] != "applied"]
         if refused:

@@ -108,8 +108,9 @@ JOB_TABLES = (
 BODIES = (
     "claim_in_queue(bigint,bigint,integer,boolean,boolean,timestamp with time zone)",
     "start_many_in_queue(bigint,bigint[],integer[],timestamp with time zone)",
-    "complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone,boolean)",
-    "fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone)",
+    "complete_many_in_queue(bigint,bigint[],integer[],jsonb[],timestamp with time zone,boolean,"
+    "integer[])",
+    "fail_in_queue(bigint,bigint,integer,text,boolean,timestamp with time zone,integer)",
     "release_in_queue(bigint,bigint,integer,timestamp with time zone)",
     "release_lost_claims_in_queue(bigint,bigint,bigint[],timestamp with time zone)",
     "extend_leases(bigint,bigint,bigint[],integer[],timestamp with time zone)",

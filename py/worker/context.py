@@ -31,6 +31,10 @@ class JobContext:
     queue_id: int
     task: str
     max_attempts: int
+    waited_ms: int = 0
+    """How long the job waited in the worker for a free slot after its claim's answer, in
+    milliseconds (a prefetched job); reported with its outcome, so the attempt's started_at
+    is when its handler began, not the claim's time."""
     read_parents: Callable[[JobContext], Awaitable[list[dict[str, Any]]]] | None = field(
         default=None, repr=False, compare=False
     )

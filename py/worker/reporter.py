@@ -61,11 +61,13 @@ _MAX_ERROR = 4000
 COMPLETE_MANY = (
     "SELECT c.job_id, c.accepted, c.outcome::text AS outcome, c.detail"
     " FROM codity.complete_many_in_queue(%s, %s::bigint[], %s::integer[], %s::jsonb[],"
-    " p_durable => false) AS c"
+    " p_durable => false, p_waited_ms => %s::integer[]) AS c"
 )
+"""The worker's completion batch: queue id, job ids, fences, results, and how long each job
+waited for a slot after its claim (None when none did: JobContext.waited_ms)."""
 _FAIL = (
     "SELECT accepted, outcome::text AS outcome, detail"
-    " FROM codity.fail_in_queue(%s, %s, %s, %s, %s)"
+    " FROM codity.fail_in_queue(%s, %s, %s, %s, %s, p_waited_ms => %s)"
 )
 _RELEASE = (
     "SELECT r.accepted, r.outcome::text AS outcome, r.detail"
@@ -93,6 +95,13 @@ class _Report:
     result: Jsonb | None = None
     error: str = ""
     retryable: bool = True
+
+
+def _waits(batch: list[JobContext]) -> list[int] | None:
+    """Each job's wait for a slot, or None (the usual case) when no job of the batch waited:
+    the call then leaves every started_at as the claim wrote it."""
+    waits = [ctx.waited_ms for ctx in batch]
+    return waits if any(waits) else None
 
 
 def _encode(result: Any) -> tuple[Jsonb | None, str | None]:
@@ -293,6 +302,7 @@ class Reporter:
             [r.ctx.job_id for r in batch],
             [r.ctx.fence for r in batch],
             [r.result for r in batch],
+            _waits([r.ctx for r in batch]),
         ]
         try:
             rows = await self._send(f"reporting {len(batch)} completion(s)", COMPLETE_MANY, params)
@@ -321,7 +331,8 @@ class Reporter:
         ctx = report.ctx
         if report.kind == "fail":
             query = _FAIL
-            params = [ctx.queue_id, ctx.job_id, ctx.fence, report.error, report.retryable]
+            params = [ctx.queue_id, ctx.job_id, ctx.fence, report.error, report.retryable,
+                      ctx.waited_ms or None]  # fmt: skip
         else:
             query, params = _RELEASE, [ctx.queue_id, ctx.job_id, ctx.fence]
         try:

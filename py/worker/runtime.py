@@ -127,6 +127,8 @@ class _Waiting:
     payload: Any
     timeout_s: int | None
     suspect: bool
+    received: float
+    """The event loop's (monotonic) time when the claim's answer came."""
 
 
 class Worker:
@@ -468,7 +470,10 @@ class Worker:
         )
         if job.crashes:
             ctx.logger.warning("its lease expired %d time(s) before: running it alone", job.crashes)
-        self._waiting.append(_Waiting(ctx, job.payload, job.timeout_seconds, job.crashes > 0))
+        received = asyncio.get_running_loop().time()
+        self._waiting.append(
+            _Waiting(ctx, job.payload, job.timeout_seconds, job.crashes > 0, received)
+        )
         self._start_waiting()
 
     async def _read_parents(self, ctx: JobContext) -> list[dict[str, Any]]:
@@ -492,6 +497,7 @@ class Worker:
             if self._leases.stop_by(ctx.job_id) <= now:
                 self._give_back(ctx)
                 continue
+            ctx.waited_ms = max(0, int((now - waiting.received) * 1000))
             task = asyncio.create_task(self._run_job(ctx, waiting.payload, waiting.timeout_s))
             self._running[ctx.job_id] = _Running(ctx, task, waiting.suspect)
             task.add_done_callback(functools.partial(self._finished, ctx.job_id))

@@ -15,6 +15,12 @@
 -- batch at the same time, so lock order between its own calls cannot deadlock.
 -- Callers: the Python worker's completer, codity.complete.
 --
+-- p_waited_ms: for each job, how long it waited in the worker between the claim's answer and
+-- its handler's start (a prefetched job waits for a slot), measured on the worker's
+-- monotonic clock. started_at, the claim's time for a job claimed with p_start, moves on by
+-- that much, never past the finish: the time stays the database's (migration 0041;
+-- docs/DESIGN_DECISIONS.md 74). NULL (or 0 for a job) leaves started_at as it is.
+--
 -- p_durable => false commits the batch without waiting for its WAL to reach disk
 -- (synchronous_commit off for the rest of this transaction; docs/DESIGN_DECISIONS.md 44):
 -- the Python worker's completions, which the reaper makes good after a server crash (one
@@ -30,7 +36,8 @@ CREATE OR REPLACE FUNCTION codity.complete_many_in_queue(
     p_fences integer[],
     p_results jsonb[] DEFAULT NULL,
     p_now timestamptz DEFAULT now(),
-    p_durable boolean DEFAULT true
+    p_durable boolean DEFAULT true,
+    p_waited_ms integer[] DEFAULT NULL
 )
 RETURNS TABLE (
     job_id bigint,
@@ -61,6 +68,12 @@ BEGIN
     END IF;
     PERFORM codity._check_fence_arrays(p_job_ids, p_fences);
     PERFORM codity._check_results(p_job_ids, p_results);
+    IF p_waited_ms IS NOT NULL
+       AND (cardinality(p_waited_ms) <> cardinality(p_job_ids) OR 0 > ANY (p_waited_ms)) THEN
+        RAISE EXCEPTION 'waited_ms must be NULL or hold one count of 0 or more per job (% jobs, % counts)',
+                        cardinality(p_job_ids), cardinality(p_waited_ms)
+            USING ERRCODE = 'CD010';
+    END IF;
     PERFORM codity._check_transition('running', 'completed');
     -- Not with a synchronous standby asked for: whoever set one wants every commit that was
     -- acknowledged to survive the primary's loss, and one not yet on the standby does not
@@ -71,13 +84,15 @@ BEGIN
     END IF;
 
     WITH batch AS (
-        SELECT DISTINCT ON (b.job_id, b.fence) b.job_id, b.fence, p_results[b.ord] AS result
+        SELECT DISTINCT ON (b.job_id, b.fence) b.job_id, b.fence, p_results[b.ord] AS result,
+               p_waited_ms[b.ord] AS waited_ms
         FROM unnest(p_job_ids, p_fences) WITH ORDINALITY AS b(job_id, fence, ord)
         ORDER BY b.job_id, b.fence, b.ord
     ),
     done AS (
         UPDATE codity.jobs j
-        SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now
+        SET status = 'completed', finished_at = p_now, lock_expires_at = NULL, updated_at = p_now,
+            started_at = codity._began(j.started_at, b.waited_ms, p_now)
         FROM batch b
         WHERE j.queue_id = p_queue_id AND j.id = b.job_id
           AND j.execution_seq = b.fence AND j.status = 'running'
@@ -118,22 +133,24 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean) IS
+COMMENT ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean, integer[]) IS
 'Complete a batch of running jobs of one queue in one call, with optional results; fenced per job like codity.complete.
 
 One row per input position, in order. outcome is applied; already_applied (completed
 before with this fence, e.g. the batch is being resent after a lost COMMIT, or a repeat
 within the batch: nothing changed); or stale (accepted = false, nothing changed, rejection
 recorded). A job that is held with a current fence but not running raises CD020. Raises
-CD003 (no such job in this queue), CD010 (arrays of different lengths or with NULLs), CD011 (a result
-over 64 KB). p_durable => false commits without waiting for the WAL flush
+CD003 (no such job in this queue), CD010 (arrays of different lengths or with NULLs, a
+negative wait), CD011 (a result over 64 KB). p_waited_ms: per job, the milliseconds it waited
+in the worker for a slot after its claim; its started_at moves on by that much, never past
+the finish. p_durable => false commits without waiting for the WAL flush
 (synchronous_commit off for the rest of the transaction; not while synchronous_standby_names
 is set, so a failover loses none): a completion lost to a server
 crash leaves its job running under this fence, and the reaper requeues it.
 Example: SELECT * FROM codity.complete_many_in_queue(3, ARRAY[42, 43]::bigint[], ARRAY[1, 1]);';
 
-REVOKE ALL ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean) TO codity_app, codity_worker;
+REVOKE ALL ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean, integer[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.complete_many_in_queue(bigint, bigint[], integer[], jsonb[], timestamptz, boolean, integer[]) TO codity_app, codity_worker;
 
 -- The jobs' queues looked up by id, one body call per queue, answers in input order. The
 -- arguments are checked on the whole batch first, so errors name it as it was sent.

@@ -17,7 +17,8 @@ CREATE OR REPLACE FUNCTION codity.fail_in_queue(
     p_fence integer,
     p_error text,
     p_retryable boolean DEFAULT true,
-    p_now timestamptz DEFAULT now()
+    p_now timestamptz DEFAULT now(),
+    p_waited_ms integer DEFAULT NULL
 )
 RETURNS TABLE (
     accepted boolean,
@@ -40,6 +41,9 @@ DECLARE
     v_reason text;
 BEGIN
     PERFORM codity._check_clock(p_now);
+    IF p_waited_ms < 0 THEN
+        RAISE EXCEPTION 'waited_ms must be NULL or 0 or more, got %', p_waited_ms USING ERRCODE = 'CD010';
+    END IF;
     v_job := codity._lock_fenced_job(p_queue_id, p_job_id, p_fence);
     IF v_job.execution_seq <> p_fence OR v_job.status NOT IN ('claimed', 'running') THEN
         IF EXISTS (SELECT 1 FROM codity.job_executions x
@@ -58,6 +62,8 @@ BEGIN
     PERFORM codity._check_transition(v_job.status, 'failed', v_job.id);
     v_queue := codity._queue(p_queue_id, NULL);
 
+    -- The attempt began when its handler did: a prefetched job waited for a slot.
+    v_job.started_at := codity._began(v_job.started_at, p_waited_ms, p_now);
     PERFORM codity._close_attempt(v_job, 'failed', p_now, v_error);
 
     IF NOT coalesce(p_retryable, true) OR v_job.attempt >= v_job.max_attempts THEN
@@ -83,19 +89,21 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) IS
+COMMENT ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz, integer) IS
 'Record a failed attempt of a job of one queue: retry after backoff with full jitter, or dead-letter; fenced.
 
 The job is dead-lettered when its attempts are used up or p_retryable is false; otherwise
 it is scheduled at now + codity.backoff_delay(...) and retry_at says when. The error text
 is kept (truncated to 8 KB) on the execution and the job. outcome: applied;
 already_applied (this fence already failed: a repeat after a lost COMMIT; nothing changed);
-stale (accepted = false, nothing changed, the rejection is recorded). Raises CD003
-(no such job in this queue), CD010 (NULL fence), CD020 (e.g. failing a job that never started).
+stale (accepted = false, nothing changed, the rejection is recorded). p_waited_ms: the
+milliseconds the job waited in the worker for a slot after its claim; the started_at of the
+attempt moves on by that much, never past the failure. Raises CD003 (no such job in this
+queue), CD010 (NULL fence, a negative wait), CD020 (e.g. failing a job that never started).
 Example: SELECT * FROM codity.fail_in_queue(3, 42, 1, ''SMTPError: 451 try later'');';
 
-REVOKE ALL ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz) TO codity_app, codity_worker;
+REVOKE ALL ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION codity.fail_in_queue(bigint, bigint, integer, text, boolean, timestamptz, integer) TO codity_app, codity_worker;
 
 -- By job id alone: the job's queue looked up, then the body. PL/pgSQL, not a LANGUAGE sql
 -- function: on a Citus cluster Citus would send the body, called from a SQL function, to the
