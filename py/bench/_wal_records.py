@@ -2,8 +2,9 @@
 
 ``pg_walinspect`` (a contrib module of PostgreSQL 15+, created in the database read) lists
 every record between two insert positions; each is charged to the relation of its first
-block (a heap update to another page names the same table twice) and grouped by resource
-manager and record type. From that:
+block (read from the record's block references, which every supported version lists; a
+heap update to another page names the same table twice) and grouped by resource manager
+and record type. From that:
 
 - **row versions**: heap records on tables — INSERT (one row), MULTI_INSERT (its ``ntuples``:
   a COPY or a batched insert), UPDATE and HOT_UPDATE (a new version), DELETE, and LOCK (a
@@ -33,6 +34,8 @@ __all__ = ["WalRow", "WalSpan", "read_span"]
 
 Conn = psycopg.Connection[Any]
 
+# The first block a record names, from its description (PostgreSQL 15 has no
+# pg_get_wal_block_info): "blkref #0: rel <tablespace>/<database>/<filenode> fork ...".
 _RECORDS = """
 WITH rel AS (
     SELECT pg_catalog.pg_relation_filenode(c.oid) AS filenode, c.relname, c.relkind,
@@ -43,15 +46,15 @@ WITH rel AS (
 here AS (
     SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()
 ),
-blk AS (
-    SELECT b.start_lsn, b.reldatabase, b.relfilenode
-    FROM pg_get_wal_block_info(%(from)s::pg_lsn, %(to)s::pg_lsn, false) b
-    WHERE b.block_id = 0
+rec AS (
+    SELECT r.resource_manager, r.record_type, r.record_length, r.fpi_length, r.description,
+           pg_catalog.regexp_match(r.block_ref, 'blkref #0: rel [0-9]+/([0-9]+)/([0-9]+)') AS blk
+    FROM pg_get_wal_records_info(%(from)s::pg_lsn, %(to)s::pg_lsn) r
 )
 SELECT CASE
-           WHEN blk.start_lsn IS NULL THEN ''
-           WHEN blk.reldatabase <> 0 AND blk.reldatabase <> (SELECT oid FROM here) THEN '*'
-           ELSE coalesce(rel.nspname || '.' || rel.relname, blk.relfilenode::text)
+           WHEN r.blk IS NULL THEN ''
+           WHEN r.blk[1]::oid NOT IN (0, (SELECT oid FROM here)) THEN '*'
+           ELSE coalesce(rel.nspname || '.' || rel.relname, r.blk[2])
        END AS relation,
        coalesce(rel.relkind::text, '') AS relkind,
        r.resource_manager, pg_catalog.split_part(r.record_type, '+', 1) AS record_type,
@@ -61,10 +64,9 @@ SELECT CASE
        sum(CASE WHEN r.record_type LIKE 'MULTI_INSERT%%'
                 THEN pg_catalog.substring(r.description, 'ntuples: ([0-9]+)')::bigint
                 ELSE 0 END)::bigint AS tuples
-FROM pg_get_wal_records_info(%(from)s::pg_lsn, %(to)s::pg_lsn) r
-LEFT JOIN blk ON blk.start_lsn = r.start_lsn
-LEFT JOIN rel ON rel.filenode = blk.relfilenode
-             AND (blk.reldatabase = (SELECT oid FROM here) OR blk.reldatabase = 0)
+FROM rec r
+LEFT JOIN rel ON rel.filenode = r.blk[2]::oid
+             AND r.blk[1]::oid IN (0, (SELECT oid FROM here))
 GROUP BY 1, 2, 3, 4
 """
 _ROW_VERSIONS = {"INSERT": "inserted", "UPDATE": "updated", "HOT_UPDATE": "updated (HOT)",
