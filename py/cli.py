@@ -64,6 +64,11 @@ def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     except CitusError as exc:
         raise UsageError(str(exc)) from exc
     print(f"migrated: {applied} new migration(s), {functions} function file(s) applied")
+    if args.service_logins:
+        from codity.db.service_logins import write_service_urls
+
+        folder = write_service_urls(url, settings.home)
+        print(f"service logins: each service's URL in {folder}/<web|scheduler|worker>")
     if args.citus:
         print(
             f"distributed on Citus: {len(JOB_TABLES)} job tables by queue_id,"
@@ -175,7 +180,10 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     local = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(args.host, args.host)
     if ":" in local and not local.startswith("["):
         local = f"[{local}]"
-    logins = {s: {"DATABASE_URL": u} for s, u in service_urls(url, settings.home).items()}
+    logins = {
+        s: {"DATABASE_URL": u, "DATABASE_URL_FILE": ""}
+        for s, u in service_urls(url, settings.home).items()
+    }
     children = [
         ChildSpec(
             "web",
@@ -273,9 +281,13 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from codity.status import collect_status, render_status
+    from codity.status import OneProjectLogin, collect_status, render_status
 
-    print(render_status(collect_status(_running_url(settings)), as_json=args.json))
+    try:
+        status = collect_status(_running_url(settings))
+    except OneProjectLogin as exc:
+        raise UsageError(str(exc)) from exc
+    print(render_status(status, as_json=args.json))
     return 0
 
 
@@ -492,6 +504,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="with --citus, on the first distribution: shards per job table (default 4 per"
         " worker node, at least 8)",
+    )
+    migrate_cmd.add_argument(
+        "--service-logins",
+        action="store_true",
+        help="then make one login per service, holding only its role, as `codity up` does, and"
+        " write each service's URL to CODITY_HOME/service-urls/<web|scheduler|worker> for"
+        " DATABASE_URL_FILE (docker-compose.yml)",
     )
     migrate_cmd.set_defaults(func=_cmd_migrate)
 

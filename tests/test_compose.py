@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -52,6 +53,9 @@ SETTINGS = {
     "CODITY_IMAGE": CODITY_IMAGE,
     "CODITY_DEMO_FAILURE_RATE": "0",
     "SHUTDOWN_GRACE_MS": "3000",
+    # Docker's address pools: the Compose network's gateway, whom docker-proxy's
+    # connections come from, is trusted to name the client (issue 29, item 8).
+    "CODITY_TRUSTED_PROXIES": "172.16.0.0/12,192.168.0.0/16",
 }
 
 
@@ -222,6 +226,19 @@ def _all_finished(stack: Stack, jobs: list[int]) -> bool:
     )
 
 
+def _sign_in(stack: Stack, client_ip: str, password: str) -> int:
+    request = urllib.request.Request(
+        f"{stack.web}/api/v1/auth/login",
+        data=json.dumps({"email": DEMO_OPERATOR_EMAIL, "password": password}).encode(),
+        headers={"content-type": "application/json", "X-Forwarded-For": client_ip},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def test_three_scaled_workers_share_the_jobs_and_none_runs_twice(stack: Stack) -> None:
     stack.up(workers=3)
     # The published web port serves the API, and the demo login the README gives works.
@@ -234,6 +251,11 @@ def test_three_scaled_workers_share_the_jobs_and_none_runs_twice(stack: Stack) -
     )
     with urllib.request.urlopen(login, timeout=30) as answer:
         assert answer.status == 200 and json.load(answer)["data"]["access_token"]
+    # Behind the trusted gateway, X-Forwarded-For names the client: five failed sign-ins
+    # lock out their client only, not every client on the host (all of them one IP to web
+    # through docker-proxy otherwise).
+    assert [_sign_in(stack, "10.9.9.1", "wrong") for _ in range(6)] == [401] * 5 + [429]
+    assert _sign_in(stack, "10.9.9.2", DEMO_OPERATOR_PASSWORD) == 200
     hosts = {stack.hostname(c) for c in stack.containers("worker")}
     jobs = stack.enqueue([{"to": f"scale{i}@example.com", "duration_s": 0.05} for i in range(300)])
     wait_until(
@@ -250,6 +272,20 @@ def test_three_scaled_workers_share_the_jobs_and_none_runs_twice(stack: Stack) -
     by_host = Counter(e[3] for e in executions)
     assert set(by_host) == hosts, by_host
     print(f"\n[compose scale] jobs per worker container: {dict(by_host)}")
+    # Each service under its own login, written by the migrate service (issue 29, item 5):
+    # none of them connects as the superuser that migrated.
+    logins = stack.rows(
+        "SELECT DISTINCT a.application_name, a.usename::text FROM pg_stat_activity a"
+        " WHERE a.datname = 'codity' AND a.application_name IN"
+        " ('codity-listener', 'codity-scheduler', 'codity-web', 'codity-worker')"
+        " ORDER BY 1, 2"
+    )
+    assert {app: user for app, user in logins} == {
+        "codity-listener": "codity_worker_login",
+        "codity-scheduler": "codity_scheduler_login",
+        "codity-web": "codity_web_login",
+        "codity-worker": "codity_worker_login",
+    }, logins
 
 
 def test_a_killed_worker_container_s_job_is_reaped_refunded_and_completed_once(

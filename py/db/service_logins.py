@@ -28,13 +28,16 @@ from psycopg import sql
 
 from codity.db.conninfo import conninfo
 
-__all__ = ["SERVICES", "login_name", "service_urls"]
+__all__ = ["SERVICES", "URLS_FOLDER", "login_name", "service_urls", "write_service_urls"]
 
 log = logging.getLogger(__name__)
 
 SERVICES = {"web": "codity_app", "scheduler": "codity_app", "worker": "codity_worker"}
 """Each service and the one role its login holds."""
 _FILE = "service_logins"
+URLS_FOLDER = "service-urls"
+"""Under CODITY_HOME: one file per service holding the URL it connects with
+(``codity migrate --service-logins``; a service reads its own through DATABASE_URL_FILE)."""
 
 
 def login_name(service: str) -> str:
@@ -98,3 +101,18 @@ def _ensure(conn: psycopg.Connection, login: str, role: str, password: str) -> N
         )
     )
     conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(role), sql.Identifier(login)))
+
+
+def write_service_urls(url: str, home: Path) -> Path:
+    """``codity migrate --service-logins``: make or update the logins, as ``codity up`` does,
+    and write each service's URL to ``home/service-urls/<service>`` (mode 0600), for
+    processes started elsewhere (Compose) to read through ``DATABASE_URL_FILE``."""
+    folder = home / URLS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    for service, service_url in service_urls(url, home).items():
+        fresh = folder / f".{service}.new"
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(service_url + "\n")
+        fresh.replace(folder / service)
+    return folder
