@@ -17,13 +17,24 @@ connecting) is not counted.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-__all__ = ["Spent", "Usage", "postmaster_pid", "process_cpu_s", "read_usage", "spent_since"]
+__all__ = [
+    "Spent",
+    "Usage",
+    "counting_statements",
+    "postmaster_pid",
+    "process_cpu_s",
+    "read_usage",
+    "spent_since",
+]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -34,7 +45,8 @@ class Usage:
     server_cpu_s: float | None
     workers_cpu_s: float
     statements: int | None = None
-    """Statements other sessions sent to this database, when it has pg_stat_statements."""
+    """Top-level statements other logins sent to this database, read inside
+    counting_statements() when the database has pg_stat_statements; None otherwise."""
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -102,7 +114,23 @@ WHERE s.toplevel
 """
 
 
+_COUNTING: ContextVar[bool] = ContextVar("codity_bench_counting_statements", default=False)
+
+
+@contextmanager
+def counting_statements() -> Iterator[None]:
+    """Readings inside also count the statements other logins sent (codity.bench.cost_model);
+    elsewhere a reading adds no statement of its own to the server's statistics."""
+    token = _COUNTING.set(True)
+    try:
+        yield
+    finally:
+        _COUNTING.reset(token)
+
+
 def _statements(conn: psycopg.Connection[Any]) -> int | None:
+    if not _COUNTING.get():
+        return None
     row = conn.execute(
         "SELECT pg_catalog.to_regclass('public.pg_stat_statements') IS NOT NULL"
     ).fetchone()

@@ -59,7 +59,7 @@ from codity.bench._node_runs import node_database
 from codity.bench._pgq_env import PGQUEUER_SPEC, ensure_env, pgq_database
 from codity.bench._pgq_runs import pgq_drain, pgq_enqueue, pgq_reset
 from codity.bench._throughput import enqueue_batched, enqueue_one_by_one, queue_id, reset_jobs
-from codity.bench._usage import postmaster_pid, read_usage, spent_since
+from codity.bench._usage import counting_statements, postmaster_pid, read_usage, spent_since
 from codity.bench._wal_records import read_span
 from codity.bench._workers import BenchError
 from codity.bench.against_pgqueuer import commit_of_checkout
@@ -197,6 +197,7 @@ def run_cost_model(home: Path, options: CostOptions) -> CostReport:
                     log.warning("%s", exc)
                     unavailable.append((system, str(exc)))
             phases = []
+            stack.enter_context(counting_statements())
             for side in sides:
                 log.info("%s: %s, %d jobs", side.system, ENQUEUE, options.single)
                 phases.append(_enqueue_phase(side, ENQUEUE, options.single, 1))
