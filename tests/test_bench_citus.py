@@ -50,6 +50,12 @@ pytestmark = pytest.mark.citus
 _HOME = re.compile(r"starting a Citus cluster .* in (\S+?)\"")
 
 
+def _hear_ctrl_c() -> None:
+    # A suite started in the background by a shell without job control inherits SIGINT
+    # ignored, and Python then keeps it ignored: the Ctrl-C test would prove nothing.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _bench(*args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     return subprocess.Popen(
@@ -58,6 +64,7 @@ def _bench(*args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=_hear_ctrl_c,
     )
 
 
