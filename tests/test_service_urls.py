@@ -66,7 +66,9 @@ def test_migrate_writes_each_services_url_and_a_worker_runs_on_its_own(
     )
 
     create_queue(conn, "by-file")
-    job = conn.execute("SELECT job_id FROM codity.enqueue('by-file', 'bench.noop')").fetchone()
+    row = conn.execute("SELECT job_id FROM codity.enqueue('by-file', 'bench.noop')").fetchone()
+    assert row is not None
+    job = int(row[0])
     worker_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
     worker_env["DATABASE_URL_FILE"] = str(tmp_path / URLS_FOLDER / "worker")
     log = tmp_path / "worker.log"
@@ -78,7 +80,7 @@ def test_migrate_writes_each_services_url_and_a_worker_runs_on_its_own(
             wait_until(
                 lambda: (
                     conn.execute(
-                        "SELECT status::text FROM codity.jobs WHERE id = %s", [job[0]]
+                        "SELECT status::text FROM codity.jobs WHERE id = %s", [job]
                     ).fetchone()
                     == ("completed",)
                 ),
