@@ -281,11 +281,11 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from codity.status import OneProjectLogin, collect_status, render_status
+    from codity.status import StatusRefused, collect_status, render_status
 
     try:
         status = collect_status(_running_url(settings))
-    except OneProjectLogin as exc:
+    except StatusRefused as exc:
         raise UsageError(str(exc)) from exc
     print(render_status(status, as_json=args.json))
     return 0

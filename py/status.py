@@ -12,7 +12,7 @@ from psycopg.rows import dict_row
 
 from codity.db.conninfo import conninfo
 
-__all__ = ["OneProjectLogin", "collect_status", "render_status"]
+__all__ = ["StatusRefused", "collect_status", "render_status"]
 
 _QUEUES = """
 SELECT o.project_id, o.queue, o.is_paused, o.claimable, o.scheduled, o.running, o.dead,
@@ -36,24 +36,34 @@ _HEALTH = "SELECT check_name, value, threshold, alarm, detail FROM codity.health
 # Whether this login reads every project's rows: a superuser, a login that bypasses row
 # security, the schema's owner or a codity_readonly login does; codity_app and
 # codity_worker see one project's, none without a tenant set: a status of empty tables.
+# (to_regrole: on a database not migrated yet, the views' own error says what is wrong.)
 _SEES_ALL = """
 SELECT r.rolsuper OR r.rolbypassrls
-       OR pg_catalog.pg_has_role(current_user, 'codity_owner', 'MEMBER')
-       OR pg_catalog.pg_has_role(current_user, 'codity_readonly', 'MEMBER') AS sees_all
+       OR coalesce(pg_catalog.pg_has_role(current_user, pg_catalog.to_regrole('codity_owner'),
+                                          'MEMBER'), false)
+       OR coalesce(pg_catalog.pg_has_role(current_user, pg_catalog.to_regrole('codity_readonly'),
+                                          'MEMBER'), false) AS sees_all,
+       pg_catalog.to_regclass('codity.queue_overview') IS NOT NULL AS migrated
 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
 """
 
 
-class OneProjectLogin(Exception):
-    """``codity status`` under a login that sees no project's rows without a tenant."""
+class StatusRefused(Exception):
+    """``codity status`` cannot show every project: a login that sees no project's rows
+    without a tenant, or a database with no Codity schema. The message says what to do."""
 
 
 def collect_status(url: str) -> dict[str, list[dict[str, Any]]]:
     with psycopg.connect(conninfo(url), row_factory=dict_row) as conn:
         row = conn.execute(_SEES_ALL).fetchone()
+        if row is not None and not row["migrated"]:
+            raise StatusRefused(
+                f"database {conn.info.dbname} holds no Codity schema: run `codity migrate`"
+                " first, or point DATABASE_URL at the database Codity was migrated into"
+            )
         if row is not None and not row["sees_all"]:
             user = conn.info.user
-            raise OneProjectLogin(
+            raise StatusRefused(
                 f"status reads every project, and {user} sees one project's rows"
                 " (a service login holding codity_app or codity_worker): run it with the URL"
                 " of the login that migrates, or of a codity_readonly login (in Compose:"

@@ -130,3 +130,12 @@ def test_database_url_file_is_read_and_every_mistake_is_one_sentence(tmp_path: P
         done = _codity("status", env=run_env, timeout=30)
         assert done.returncode == 1, (case, done.stdout, done.stderr)
         assert sentence in done.stderr and "Traceback" not in done.stderr, (case, done.stderr)
+
+
+def test_status_on_a_database_without_codity_says_to_migrate(pg_server_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL_FILE"}
+    env["DATABASE_URL"] = pg_server_url  # the server's own database: never migrated
+    done = _codity("status", env=env, timeout=30)
+    assert done.returncode == 2, done.stdout
+    assert "holds no Codity schema: run `codity migrate` first" in done.stderr
+    assert "Traceback" not in done.stderr
