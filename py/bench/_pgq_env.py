@@ -26,9 +26,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from codity.bench._node_env import PeerUnavailable
 from codity.bench._workers import BenchError
 
-__all__ = ["AGENT", "PGQUEUER_SPEC", "PgqEnv", "ensure_env", "pgq_database"]
+__all__ = ["AGENT", "PGQUEUER_SPEC", "PgqEnv", "ensure_env", "ensure_peer_env", "pgq_database"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,16 @@ def ensure_env(home: Path, work: Path) -> PgqEnv:
             raise BenchError(f"PGQueuer is not importable from {venv}")
     shutil.copyfile(Path(__file__).with_name(f"{AGENT}.py"), work / f"{AGENT}.py")
     return PgqEnv(venv=venv, version=version, work=work)
+
+
+def ensure_peer_env(home: Path, work: Path) -> PgqEnv:
+    """ensure_env for a run beside other peers: a PGQueuer that cannot be installed is
+    PeerUnavailable, one sentence in the report, and the other systems still run."""
+    try:
+        return ensure_env(home, work)
+    except BenchError as exc:
+        reason = str(exc).splitlines()[0].rstrip(":")
+        raise PeerUnavailable(f"PGQueuer ({PGQUEUER_SPEC}) was not run: {reason}.") from exc
 
 
 @contextmanager

@@ -64,7 +64,7 @@ from codity.bench._node_env import GRAPHILE_PEER, PGBOSS_PEER, PeerUnavailable, 
 from codity.bench._node_runs import node_database
 from codity.bench._peers_model import PeersReport
 from codity.bench._peers_report import render_peers, write_peers
-from codity.bench._pgq_env import PGQUEUER_SPEC, ensure_env, pgq_database
+from codity.bench._pgq_env import ensure_peer_env, pgq_database
 from codity.bench._pgq_runs import pgq_drain, pgq_enqueue, pgq_pickup, pgq_reset
 from codity.bench._throughput import reset_jobs
 from codity.bench._workers import BenchError
@@ -126,11 +126,7 @@ def _codity(stack: ExitStack, url: str, work: Path) -> tuple[Side, Conn]:
 
 
 def _pgqueuer(stack: ExitStack, url: str, home: Path, work: Path) -> Side:
-    try:
-        pgq = ensure_env(home, work)
-    except BenchError as exc:
-        reason = str(exc).splitlines()[0].rstrip(":")
-        raise PeerUnavailable(f"PGQueuer ({PGQUEUER_SPEC}) was not run: {reason}.") from exc
+    pgq = ensure_peer_env(home, work)
     dsn = stack.enter_context(pgq_database(url, pgq))
     conn = stack.enter_context(psycopg.connect(dsn, autocommit=True))
     return Side(

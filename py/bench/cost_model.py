@@ -56,7 +56,7 @@ from codity.bench._graphile_runs import graphile_drain, graphile_enqueue, graphi
 from codity.bench._machine import describe_machine, load_average
 from codity.bench._node_env import GRAPHILE_PEER, PeerUnavailable, ensure_node_peer
 from codity.bench._node_runs import node_database
-from codity.bench._pgq_env import PGQUEUER_SPEC, ensure_env, pgq_database
+from codity.bench._pgq_env import ensure_peer_env, pgq_database
 from codity.bench._pgq_runs import pgq_drain, pgq_enqueue, pgq_reset
 from codity.bench._throughput import enqueue_batched, enqueue_one_by_one, queue_id, reset_jobs
 from codity.bench._usage import counting_statements, postmaster_pid, read_usage, spent_since
@@ -126,11 +126,7 @@ def _graphile(stack: ExitStack, url: str, home: Path) -> _Side:
 
 
 def _pgqueuer(stack: ExitStack, url: str, home: Path, work: Path) -> _Side:
-    try:
-        pgq = ensure_env(home, work)
-    except BenchError as exc:
-        reason = str(exc).splitlines()[0].rstrip(":")
-        raise PeerUnavailable(f"PGQueuer ({PGQUEUER_SPEC}) was not run: {reason}.") from exc
+    pgq = ensure_peer_env(home, work)
     dsn = stack.enter_context(pgq_database(url, pgq))
     observer = _observe(stack, dsn)
     return _Side(

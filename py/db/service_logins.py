@@ -55,12 +55,17 @@ def _passwords(home: Path) -> dict[str, str]:
         return kept
     kept |= {s: secrets.token_urlsafe(32) for s in SERVICES if s not in kept}
     home.mkdir(parents=True, exist_ok=True)
-    fresh = path.with_suffix(".new")
+    _write_private(path, json.dumps(kept))
+    return kept
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by this user only (0600), replaced whole."""
+    fresh = path.with_name(f".{path.name}.new")
     fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
-        json.dump(kept, out)
+        out.write(text)
     fresh.replace(path)
-    return kept
 
 
 def _with_login(url: str, user: str, password: str) -> str:
@@ -110,9 +115,5 @@ def write_service_urls(url: str, home: Path) -> Path:
     folder = home / URLS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     for service, service_url in service_urls(url, home).items():
-        fresh = folder / f".{service}.new"
-        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(service_url + "\n")
-        fresh.replace(folder / service)
+        _write_private(folder / service, service_url + "\n")
     return folder
