@@ -156,3 +156,36 @@ def test_priorities_inside_a_queue_keep_their_meaning_while_queues_share(
     config = WorkerConfig(queues=("other", "ranked"), concurrency=4, heartbeat_s=1.0)
     run_worker_until(db_url, registry, config, lambda: len(order) >= 40)
     assert set(order[:20]) == high, order[:40]
+
+
+def test_queues_with_backlogs_take_turns_with_whole_claims(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """Eight queues with backlogs, one worker of 10 slots (prefetch 30: it claims once 20
+    places are free). Each claim call is one transaction, so its jobs share one
+    ``claimed_at``: while all eight have work, the claims average at least 15 jobs, and each
+    queue still gets its eighth of the work. Break it: ask every queue for its share each
+    round (no ``Credits``) and the claims average about 7 jobs."""
+    names = [f"turn-{i}" for i in range(8)]
+    for name in names:
+        create_queue(conn, name)
+        conn.execute("SELECT codity.enqueue_many(%s, %s)", [name, Jsonb([{"task": "n"}] * 600)])
+    done = dict.fromkeys(names, 0)
+    registry = Registry()
+
+    @registry.task("n")
+    async def noop(payload: Any, ctx: JobContext) -> None:
+        done[ctx.queue] += 1
+
+    config = WorkerConfig(queues=tuple(names), concurrency=10, heartbeat_s=1.0)
+    run_worker_until(db_url, registry, config, lambda: sum(done.values()) >= 3000)
+    counted = conn.execute(
+        "SELECT count(DISTINCT (e.queue_id, e.claimed_at)), count(*)"
+        " FROM codity.job_executions e JOIN codity.queues q ON q.id = e.queue_id"
+        " WHERE q.name LIKE 'turn-%%'"
+    ).fetchone()
+    assert counted is not None
+    claims, jobs = counted
+    print(f"{jobs} jobs in {claims} claims ({jobs / claims:.1f} per claim); by queue {done}")
+    assert jobs / claims >= 15, (jobs, claims)
+    assert all(250 <= n <= 500 for n in done.values()), done

@@ -67,7 +67,7 @@ from codity.outage import Outage
 from codity.worker.claim import CLAIM_AND_START, ClaimedJob
 from codity.worker.context import JobContext
 from codity.worker.empty_queues import EmptyQueues
-from codity.worker.fair_share import by_project, in_turn, shares
+from codity.worker.fair_share import Credits, by_project, in_turn, shares
 from codity.worker.leases import Leases, margin
 from codity.worker.limits import Limits
 from codity.worker.listener import Listener
@@ -171,6 +171,7 @@ class Worker:
         self._empty = EmptyQueues(config.poll_s if config.listen else 0.0)
         self._leases = Leases()
         self._turn = 0  # claim rounds so far: where the next one starts (fair_share.in_turn)
+        self._credits = Credits(cap=self._holds)  # what each queue with a backlog is owed
         self._weights: dict[int, float] = {}  # by queue id (queues.weight); 1 until read
         self._parents_reader = self._read_parents  # bound once, not once per claimed job
         # Queues where a claim failed on a lost connection: it may have committed, and its
@@ -370,8 +371,10 @@ class Worker:
     async def _claim_once(self) -> int:
         """One claim round: the free room shared among the queues that may have work, in
         proportion to their weights, starting one queue further along each round
-        (codity.worker.fair_share); what a queue leaves goes to those that filled their
-        share. One queue per call: see codity.claim."""
+        (codity.worker.fair_share). A queue whose last claim came back short is asked for
+        its share; one that filled it banks the share instead, and the most owed of those
+        are claimed next, each for at least the low-water mark, while that much room is
+        left. One queue per call: see codity.claim."""
         room = self._room()
         if room <= 0 or (self._busy() and room < self._low_water):
             return 0
@@ -382,25 +385,34 @@ class Worker:
             for served in in_turn(self._served, self._turn)
             if not self._empty.skip(served.queue_id, suspects=suspects)
         ]
-        claimed = 0
-        filled: list[Served] = []
         weights = by_project(
             [s.project_id for s in asking], [self._weights.get(s.queue_id, 1.0) for s in asking]
         )
-        for queue, share in zip(asking, shares(room, weights), strict=True):
+        fair = shares(room, weights)
+        self._credits.earn([s.queue_id for s in asking], fair)
+        claimed = 0
+        for queue, share in zip(asking, fair, strict=True):
             want = min(share, self._room(), MAX_CLAIM)
-            if want <= 0:
-                continue
-            got = await self._claim_and_start(queue, want)
-            claimed += got
-            if got == want:
-                filled.append(queue)
-        for queue in filled:
+            if want > 0 and not self._credits.full(queue.queue_id):
+                claimed += await self._claim_counted(queue, want)
+        by_id = {s.queue_id: s for s in asking}
+        first = True
+        for queue_id in self._credits.by_owed(list(by_id)):
             room = self._room()
-            if room <= 0 or room < self._low_water:
+            if room <= 0 or (not first and room < self._low_water):
                 break  # too little for a claim of its own: the next round takes it
-            claimed += await self._claim_and_start(queue, min(room, MAX_CLAIM))
+            first = False
+            want = min(self._credits.want(queue_id, self._low_water), room)
+            if room - want < self._low_water:
+                want = room  # what would be left is too little for a claim of its own
+            claimed += await self._claim_counted(by_id[queue_id], min(want, MAX_CLAIM))
         return claimed
+
+    async def _claim_counted(self, queue: Served, want: int) -> int:
+        """Claim up to ``want`` jobs of ``queue`` and count them against what it is owed."""
+        got = await self._claim_and_start(queue, want)
+        self._credits.claimed(queue.queue_id, want, got)
+        return got
 
     async def _claim_and_start(self, queue: Served, limit: int) -> int:
         queue_id = queue.queue_id
