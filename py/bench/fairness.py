@@ -94,7 +94,7 @@ def _drain(
     work: Path, label: str,
 ) -> tuple[float, list[float]]:  # fmt: skip
     """Bulk's backlog drained by two workers on ``order``, with a trickle when ``rate``."""
-    conn.execute("TRUNCATE codity.jobs, codity.job_executions")
+    conn.execute("TRUNCATE codity.jobs, codity.job_executions CASCADE")  # and what refers to them
     for start in range(0, bulk, _BATCH):
         conn.execute(
             "SELECT count(*) FROM codity.enqueue_many_in_queue(%s, %s)",
