@@ -64,6 +64,7 @@ def _page_paths(world: World) -> list[str]:
         "worker_id": str(world.sample_dead_worker),
         "name": "emails",
         "schedule": world.sample_schedule,
+        "workflow_id": str(world.sample_workflow),
     }
     paths = []
     for page in DASHBOARD_PAGES:

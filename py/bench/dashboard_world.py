@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from codity.web.passwords import hash_password
 
@@ -41,6 +42,7 @@ OPERATOR_EMAIL = "bench@codity.test"
 OPERATOR_PASSWORD = "bench-operator-password"
 QUEUES = ("emails", "reports", "webhooks", *(f"queue-{i:02d}" for i in range(4, 11)))
 BATCH = 100_000
+WORKFLOWS = 200  # of five nodes each, beside the jobs
 
 # (status, share of the jobs); running rows need a live worker, so they come last.
 _MIX = (
@@ -122,6 +124,7 @@ class World:
     sample_worker: int
     sample_dead_worker: int
     sample_schedule: str
+    sample_workflow: int
 
 
 def _one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
@@ -161,6 +164,20 @@ def _base(conn: psycopg.Connection[Any]) -> None:
     )
 
 
+def _workflows(conn: psycopg.Connection[Any]) -> None:
+    """A few hundred workflows beside the jobs, for the workflow pages: each a fan-out of
+    four nodes into a fifth, as a report built from parts would be."""
+    for i in range(WORKFLOWS):
+        queue = QUEUES[i % len(QUEUES)]
+        parts = [{"key": f"part-{n}", "queue": queue, "task": "task.part"} for n in range(4)]
+        join = {"key": "join", "queue": queue, "task": "task.join",
+                "after": [p["key"] for p in parts]}  # fmt: skip
+        conn.execute(
+            "SELECT count(*) FROM codity.enqueue_workflow(%s)",
+            [Jsonb({"name": f"report-{i:04d}", "nodes": [*parts, join]})],
+        )
+
+
 def build_world(url: str, jobs: int) -> World:
     """Load ``jobs`` jobs (and their history) into the migrated database at ``url``."""
     began = time.monotonic()
@@ -181,6 +198,7 @@ def build_world(url: str, jobs: int) -> World:
         for lo in range(0, top + 1, BATCH):
             conn.execute(_EXECUTIONS, {"lo": lo, "hi": lo + BATCH - 1})
         conn.execute(_DEAD_LETTERS)
+        _workflows(conn)
         conn.execute("VACUUM ANALYZE")
         conn.execute("UPDATE codity.rollup_state SET rolled_until = NULL")
         conn.execute("SELECT codity.roll_up()")
@@ -199,4 +217,5 @@ def build_world(url: str, jobs: int) -> World:
                 conn, "SELECT min(id) FROM codity.workers WHERE status = 'dead'"
             ),
             sample_schedule="schedule-01",
+            sample_workflow=_one(conn, "SELECT max(id) FROM codity.workflows"),
         )
