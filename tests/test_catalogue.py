@@ -650,12 +650,15 @@ def test_claim_index_matches_the_claim_order_by_term_for_term(tx: Conn) -> None:
     assert row is not None
     indexdef = str(row[0])
     match = re.fullmatch(
-        r"CREATE INDEX jobs_claim_idx ON codity\.jobs USING btree \((.*)\) WHERE \((.*)\)", indexdef
+        r"CREATE INDEX jobs_claim_idx ON codity\.jobs USING btree \((.*)\)"
+        r" INCLUDE \((.*)\) WHERE \((.*)\)",
+        indexdef,
     )
     assert match, indexdef
     columns = [c.strip() for c in match.group(1).split(",")]
     assert columns == ["queue_id", "priority DESC", "run_at", "id"]
-    assert match.group(2) == "status = 'queued'::codity.job_status"
+    assert match.group(2) == "project_id"  # carried for the dashboard's counts (0042)
+    assert match.group(3) == "status = 'queued'::codity.job_status"
 
     row = tx.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc p"
