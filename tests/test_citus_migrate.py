@@ -385,3 +385,55 @@ def test_a_migration_after_distribution_reaches_every_shard_and_its_body_runs_de
     node = citus_cluster.node_port_of(database, "codity.jobs", queue)
     assert len(sent) == 1, sent
     assert "codity.label_in_queue(" in sent[0][0] and f":{node} " in sent[0][1], sent
+
+
+# -- migration 0042 on a cluster distributed before it ------------------------------------------
+
+
+def test_migration_0042_reaches_every_node_of_a_cluster_distributed_before_it(
+    citus_cluster: CitusCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installation distributed at migration 0041 takes 0042 with a plain ``migrate``:
+    the tenant functions lose their SET clause on every node (the shards' policies run
+    them there, per row), every shard of codity.jobs has the six indexes with the
+    project carried, and a tenant's read through row-level security still finds its own
+    jobs and none of another project's."""
+    before = tmp_path / "sql"
+    shutil.copytree(sql_dir(), before)
+    for later in sorted((before / "migrations").glob("004[2-9]_*.sql")):
+        later.unlink()
+    monkeypatch.setenv("CODITY_SQL_DIR", str(before))
+    name = f"codity_c0042_{os.getpid()}"
+    url = citus_cluster.create_database(name)
+    try:
+        migrate(url, citus=True)
+        queue = _queue_with_jobs(url, "upgraded", 3)
+        monkeypatch.delenv("CODITY_SQL_DIR")
+        applied, _ = migrate(url)
+        assert applied == 1
+        inlinable = citus_cluster.on_every_node(
+            name,
+            "SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = 'codity'::regnamespace"
+            " AND proname IN ('current_project_id', 'current_org_id') AND proconfig IS NULL",
+        )
+        assert set(map(tuple, inlinable.values())) == {((2,),)}, inlinable
+        with psycopg.connect(url, autocommit=True) as conn:
+            carried = conn.execute(
+                "SELECT success, result FROM pg_catalog.run_command_on_shards('codity.jobs',"
+                " $$SELECT count(*) FROM pg_catalog.pg_index i"
+                " JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid"
+                " WHERE i.indrelid = '%s'::regclass AND i.indnkeyatts < i.indnatts$$)"
+            ).fetchall()
+            assert carried and set(carried) == {(True, "6")}, carried
+            project = conn.execute("SELECT project_id FROM codity.queues WHERE id = %s", [queue])
+            (project_id,) = project.fetchone() or (None,)
+        with psycopg.connect(url) as conn:
+            conn.execute("SELECT pg_catalog.set_config('role', 'codity_app', true)")
+            conn.execute(f"SET LOCAL codity.project_id = '{project_id}'")
+            mine = conn.execute("SELECT count(*) FROM codity.jobs WHERE queue_id = %s", [queue])
+            assert mine.fetchone() == (3,)
+            conn.execute(f"SET LOCAL codity.project_id = '{int(project_id) + 1000}'")
+            other = conn.execute("SELECT count(*) FROM codity.jobs WHERE queue_id = %s", [queue])
+            assert other.fetchone() == (0,)
+    finally:
+        citus_cluster.drop(name)
