@@ -150,6 +150,17 @@ def _queue_with_jobs(url: str, name: str, jobs: int) -> int:
     return queue
 
 
+def _on_jobs_shards(conn: psycopg.Connection, query: str) -> list[tuple[Any, ...]]:
+    """``(success, result)`` of ``query`` on every shard of codity.jobs, ``%s`` standing for
+    the shard's name (``run_command_on_shards``, which formats it with format(): a
+    literal % is written %%)."""
+    rows = conn.execute(
+        "SELECT success, result FROM pg_catalog.run_command_on_shards('codity.jobs', %s)",
+        [query],
+    )
+    return list(rows.fetchall())
+
+
 # -- idempotent, and complete on every node -----------------------------------------------------
 
 
@@ -334,17 +345,17 @@ def test_a_migration_after_distribution_reaches_every_shard_and_its_body_runs_de
     assert applied == 1
     database = _dbname(citus_db_url)
     with psycopg.connect(citus_db_url, autocommit=True) as conn:
-        column = conn.execute(
-            "SELECT success, result FROM pg_catalog.run_command_on_shards('codity.jobs',"
-            " $$SELECT count(*) FROM pg_catalog.pg_attribute"
-            " WHERE attrelid = '%s'::regclass AND attname = 'label' AND NOT attisdropped$$)"
-        ).fetchall()
-        index = conn.execute(
-            "SELECT success, result FROM pg_catalog.run_command_on_shards('codity.jobs',"
-            " $$SELECT count(*) FROM pg_catalog.pg_index i"
+        column = _on_jobs_shards(
+            conn,
+            "SELECT count(*) FROM pg_catalog.pg_attribute"
+            " WHERE attrelid = '%s'::regclass AND attname = 'label' AND NOT attisdropped",
+        )
+        index = _on_jobs_shards(
+            conn,
+            "SELECT count(*) FROM pg_catalog.pg_index i"
             " JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid"
-            " WHERE i.indrelid = '%s'::regclass AND c.relname LIKE 'jobs_label_idx%%'$$)"
-        ).fetchall()
+            " WHERE i.indrelid = '%s'::regclass AND c.relname LIKE 'jobs_label_idx%%'",
+        )
         shard_nodes = conn.execute(
             "SELECT count(DISTINCT nodeport) FROM pg_catalog.citus_shards"
             " WHERE table_name = 'codity.jobs'::regclass"
@@ -418,12 +429,11 @@ def test_migration_0042_reaches_every_node_of_a_cluster_distributed_before_it(
         )
         assert set(map(tuple, inlinable.values())) == {((2,),)}, inlinable
         with psycopg.connect(url, autocommit=True) as conn:
-            carried = conn.execute(
-                "SELECT success, result FROM pg_catalog.run_command_on_shards('codity.jobs',"
-                " $$SELECT count(*) FROM pg_catalog.pg_index i"
-                " JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid"
-                " WHERE i.indrelid = '%s'::regclass AND i.indnkeyatts < i.indnatts$$)"
-            ).fetchall()
+            carried = _on_jobs_shards(
+                conn,
+                "SELECT count(*) FROM pg_catalog.pg_index i"
+                " WHERE i.indrelid = '%s'::regclass AND i.indnkeyatts < i.indnatts",
+            )
             assert carried and set(carried) == {(True, "6")}, carried
             project = conn.execute("SELECT project_id FROM codity.queues WHERE id = %s", [queue])
             (project_id,) = project.fetchone() or (None,)

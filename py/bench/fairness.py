@@ -27,6 +27,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from codity.bench._report import write_section
+from codity.bench._throughput import reset_jobs
 from codity.bench._workers import WorkerProcesses
 from codity.bench.tasks import PICKUP_TASK
 from codity.explain import scratch_database
@@ -94,7 +95,7 @@ def _drain(
     work: Path, label: str,
 ) -> tuple[float, list[float]]:  # fmt: skip
     """Bulk's backlog drained by two workers on ``order``, with a trickle when ``rate``."""
-    conn.execute("TRUNCATE codity.jobs, codity.job_executions CASCADE")  # and what refers to them
+    reset_jobs(conn)
     for start in range(0, bulk, _BATCH):
         conn.execute(
             "SELECT count(*) FROM codity.enqueue_many_in_queue(%s, %s)",
