@@ -140,6 +140,7 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         poll_s=_env_ms("WORKER_POLL_INTERVAL_MS", 5000) / 1000,
         grace_s=_env_ms("SHUTDOWN_GRACE_MS", 30000) / 1000,
         listen=not args.no_listen,
+        direct_to_nodes=not args.through_coordinator,
         **({"name": args.name} if args.name else {}),
     )
     run_worker(_url_without_starting(settings, "worker"), registry, config)
@@ -161,6 +162,15 @@ def _env_int(name: str, default: int, *, what: str = "a whole number", least: in
     if parsed < least:
         raise SystemExit(f"codity: {name} must be {least} or more, got {parsed}")
     return parsed
+
+
+def _env_flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SystemExit(f"codity: {name} must be 1 or 0 (true or false), got {value!r}")
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
@@ -606,6 +616,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--name", help="worker name (default host-pid)")
     worker.add_argument("--no-listen", action="store_true", help="poll only (benchmarks)")
+    worker.add_argument(
+        "--through-coordinator",
+        action="store_true",
+        default=_env_flag("WORKER_THROUGH_COORDINATOR"),
+        help="WORKER_THROUGH_COORDINATOR: on a Citus cluster, send every call to the"
+        " coordinator, not each queue's calls to the node that holds it",
+    )
     worker.set_defaults(func=_cmd_worker)
 
     explain = sub.add_parser("explain", help="regenerate docs/EXPLAIN.md from real plans")

@@ -102,6 +102,11 @@ _WORKER = (
         lambda env: {"worker": env["worker"][0]["register_worker"]},
         save="queues",
     ),
+    Call(
+        "queue_nodes",
+        "SELECT * FROM codity.queue_nodes(%(worker)s)",
+        lambda env: {"worker": env["worker"][0]["register_worker"]},
+    ),
     Call("enqueue", "SELECT * FROM codity.enqueue('emails', 'emails.send', '{\"n\": 1}'{now})"),
     Call(
         "enqueue_many",

@@ -1,14 +1,14 @@
 """A queue's shards moved to another node while real workers drain it: no job lost, none
 accepted twice.
 
-Three ``codity worker`` processes (concurrency 5) drain a queue of 3,000 jobs through the
-coordinator. When a fifth of them is done, ``citus_move_shard_placement`` moves the queue's
-shard of ``codity.jobs`` — and with it the colocated shards of executions, dead letters,
-minute counts, totals and limiter, the queue's whole shard group — to the other worker node
-in either of Citus's ways — ``block_writes`` (writes wait for the copy) or
-``force_logical`` (copied by logical replication while writes go on, then a short block to
-catch up) — while the workers go on
-claiming and completing. Afterwards, from two sides:
+Three ``codity worker`` processes (concurrency 5) drain a queue of 3,000 jobs, each sending
+the queue's calls straight to the node that holds it (codity.worker.node_routes). When a
+fifth of them is done, ``citus_move_shard_placement`` moves the queue's shard of
+``codity.jobs`` — and with it the colocated shards of executions, dead letters, minute
+counts, totals and limiter, the queue's whole shard group — to the other worker node in
+either of Citus's ways — ``block_writes`` (writes wait for the copy) or ``force_logical``
+(copied by logical replication while writes go on, then a short block to catch up) — while
+the workers go on claiming and completing. Afterwards, from two sides:
 
 - the handlers' own record (each run writes a line in its worker's file, as in the storm of
   tests/test_citus_workers.py): every job ran exactly once;
@@ -20,11 +20,15 @@ No fault of Codity's own can be injected here: the guarantee rests on Citus's wr
 during the copy, the delegated bodies following the new placement, and the fence. What the
 test catches: a completion lost in the move (a job left running or queued, or the drain
 stopping: timeout), a job run or accepted twice (two lines, two executions), a placement
-that did not move.
+that did not move, and workers that never called the node or did not follow the queue to
+its new one (their logs, with a heartbeat every 0.5 s: each asks where the queue lives).
+Meanwhile the calls a worker still sends to the old node are passed on by it: a stale
+route costs a hop, never a wrong answer.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections import Counter
@@ -56,6 +60,15 @@ def _dbname(url: str) -> str:
 def probe(citus_db_url: str) -> Iterator[Probe]:
     with Probe(citus_db_url) as p:
         yield p
+
+
+def _followed(log_path: Path, source: int, target: int) -> bool:
+    """Whether a worker's log says it sent the queue's calls to the node at port ``source``
+    (codity.worker.node_routes), then that they follow the queue to ``target``."""
+    text = log_path.read_text(errors="replace")
+    went = re.search(rf"go to the node that holds them, [^\"]*:{source}\b", text)
+    moved = re.search(rf"moved from node [^ ]*:{source} to [^ ]*:{target};", text)
+    return went is not None and moved is not None and went.start() < moved.start()
 
 
 def _report(title: str, **figures: Any) -> None:
@@ -91,7 +104,9 @@ def test_moving_a_busy_queues_shards_during_a_drain_loses_and_doubles_no_job(
         )
     ran_dir = tmp_path / "ran"
     ran_dir.mkdir()
-    with Processes(tmp_path, citus_db_url, CODITY_STORM_DIR=str(ran_dir)) as procs:
+    # Heartbeats every 0.5 s: each one asks again where the queue lives.
+    env = {"CODITY_STORM_DIR": str(ran_dir), "WORKER_HEARTBEAT_MS": "500"}
+    with Processes(tmp_path, citus_db_url, **env) as procs:
         workers = [
             procs.start(
                 f"worker-{n}",
@@ -132,6 +147,14 @@ def test_moving_a_busy_queues_shards_during_a_drain_loses_and_doubles_no_job(
             timeout=180,
             interval=0.2,
             what="every job completed",
+            alive=workers,
+        )
+        # Each worker sent the queue's calls to its node, and follows it to the new one.
+        wait_until(
+            lambda: all(_followed(w.log_path, source, target) for w in workers),
+            timeout=30,
+            interval=0.2,
+            what="every worker's calls following the queue to its new node",
             alive=workers,
         )
         for worker in workers:

@@ -47,7 +47,9 @@ def test_completions_wait_for_a_batch_or_the_linger_and_none_wait_once_draining(
             db_url, autocommit=True, row_factory=dict_row
         ) as aconn:
 
-            async def call(query: str, params: list[Any]) -> list[dict[str, Any]]:
+            async def call(
+                query: str, params: list[Any], *, queue_id: int | None = None
+            ) -> list[dict[str, Any]]:
                 if query == COMPLETE_MANY:
                     sent.append(len(params[1]))
                 return await (await aconn.execute(query, params)).fetchall()

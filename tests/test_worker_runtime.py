@@ -401,9 +401,9 @@ def test_claimed_jobs_begin_before_the_next_claim_is_sent(
 
     claim = Worker._call_typed
 
-    async def recorded(self: Worker, query: str, params: dict[str, Any]) -> Any:
+    async def recorded(self: Worker, query: str, params: dict[str, Any], *, queue_id: int) -> Any:
         events.append("claim sent")
-        rows = await claim(self, query, params)
+        rows = await claim(self, query, params, queue_id=queue_id)
         events.append(f"claim returned {len(rows)}")
         return rows
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-__all__ = ["DEFAULTS", "POOL_RECONNECT_S", "conninfo", "hosts"]
+__all__ = ["DEFAULTS", "POOL_RECONNECT_S", "conninfo", "hosts", "on_node"]
 
 DEFAULTS: dict[str, str] = {
     "connect_timeout": "5",
@@ -78,4 +78,15 @@ def conninfo(url: str, **extra: Any) -> str:
     ):
         params["target_session_attrs"] = "read-write"
     params.update(extra)
+    return make_conninfo("", **params)
+
+
+def on_node(url: str, host: str, port: int, **extra: Any) -> str:
+    """:func:`conninfo` of ``url`` pointed at one server, ``host``:``port`` (a Citus worker
+    node, codity.worker.node_routes): the same login, database and settings, its one host
+    in place of the URL's (an address the URL pinned, ``hostaddr``, dropped with them)."""
+    params: dict[str, Any] = conninfo_to_dict(conninfo(url, **extra))
+    params.pop("hostaddr", None)
+    params.pop("target_session_attrs", None)
+    params.update(host=host, port=str(port))
     return make_conninfo("", **params)

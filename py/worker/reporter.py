@@ -27,7 +27,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -85,7 +85,14 @@ _HEARTBEAT = (
     "SELECT * FROM codity.heartbeat(%s, %s::bigint[], %s::integer[], p_queue_ids => %s::bigint[])"
 )
 
-Call = Callable[[str, list[Any]], Awaitable[list[dict[str, Any]]]]
+
+class Call(Protocol):
+    """The worker's database call (Worker._call): a by-queue call names its queue, which on
+    a Citus cluster sends it to the node holding the queue (codity.worker.node_routes)."""
+
+    def __call__(
+        self, query: str, params: list[Any], *, queue_id: int | None = None
+    ) -> Awaitable[list[dict[str, Any]]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,14 +286,16 @@ class Reporter:
             except TimeoutError:
                 return
 
-    async def _send(self, what: str, query: str, params: list[Any]) -> list[dict[str, Any]] | None:
+    async def _send(
+        self, what: str, query: str, params: list[Any], queue_id: int
+    ) -> list[dict[str, Any]] | None:
         """One call under the lock, resent while the database is unreachable; None when the
         reporter gave up. Other errors propagate."""
         backoff = Backoff()
         while True:
             try:
                 async with self._lock:
-                    return await self._call(query, params)
+                    return await self._call(query, params, queue_id=queue_id)
             except TRANSIENT as exc:
                 if self._giving_up:
                     log.warning("%s not sent (%s): giving up", what, type(exc).__name__)
@@ -305,7 +314,12 @@ class Reporter:
             _waits([r.ctx for r in batch]),
         ]
         try:
-            rows = await self._send(f"reporting {len(batch)} completion(s)", COMPLETE_MANY, params)
+            rows = await self._send(
+                f"reporting {len(batch)} completion(s)",
+                COMPLETE_MANY,
+                params,
+                batch[0].ctx.queue_id,
+            )
         except (CodityError, psycopg.Error) as exc:
             if len(batch) > 1:
                 log.warning("a completion batch was refused (%s); resending job by job", exc)
@@ -336,7 +350,9 @@ class Reporter:
         else:
             query, params = _RELEASE, [ctx.queue_id, ctx.job_id, ctx.fence]
         try:
-            rows = await self._send(f"{report.kind} of job {ctx.job_id}", query, params)
+            rows = await self._send(
+                f"{report.kind} of job {ctx.job_id}", query, params, ctx.queue_id
+            )
         except (CodityError, psycopg.Error) as exc:
             # E.g. the job was deleted meanwhile (CD003): nothing left to report to.
             ctx.logger.error("%s not reported: %s", report.kind, _describe(exc))

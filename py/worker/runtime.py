@@ -44,7 +44,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -71,6 +71,7 @@ from codity.worker.fair_share import Credits, by_project, in_turn, shares
 from codity.worker.leases import Leases, margin
 from codity.worker.limits import Limits
 from codity.worker.listener import Listener
+from codity.worker.node_routes import NodeRoutes
 from codity.worker.registry import Registry, Task
 from codity.worker.reporter import Reporter
 from codity.worker.served import QueueSpec, Served, registrations
@@ -107,6 +108,9 @@ class WorkerConfig:
     poll_s: float = 5.0
     grace_s: float = 30.0
     listen: bool = True
+    direct_to_nodes: bool = True
+    """On a Citus cluster, send each by-queue call to the node holding the queue
+    (codity.worker.node_routes); False: every call through the coordinator."""
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     project_id: int | None = None
     """The project of the queues named without one; None: the installation's default."""
@@ -154,6 +158,7 @@ class Worker:
         self._retry_at: float | None = None  # loop time: a limited queue may have room again
         self._server = server_address(url)
         self._pool: AsyncConnectionPool | None = None
+        self._routes = NodeRoutes(url, enabled=config.direct_to_nodes)
         self._running: dict[int, _Running] = {}
         self._waiting: collections.deque[_Waiting] = collections.deque()
         prefetch = 3 * config.concurrency if config.prefetch is None else config.prefetch
@@ -225,6 +230,7 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             if self._worker_ids:
                 await self._deregister()
+            await self._routes.close()
             await self._pool.close()
 
     async def _register(self) -> bool:
@@ -263,6 +269,7 @@ class Worker:
         later is followed, and a queue made later in a project served whole is served."""
         by_project: dict[int, list[Served]] = {}
         rows: list[dict[str, Any]] = []
+        routes: list[dict[str, Any]] = []
         for project_id, worker_id in self._worker_ids.items():
             found = await self._call(
                 "SELECT queue_id, queue, max_running, rate_limit, rate_period_seconds,"
@@ -270,6 +277,11 @@ class Worker:
                 [worker_id],
             )
             rows += found
+            if self.config.direct_to_nodes:
+                routes += await self._call(
+                    "SELECT queue_id, node_host, node_port FROM codity.queue_nodes(%s)",
+                    [worker_id],
+                )
             by_project[project_id] = [
                 Served(int(r["queue_id"]), r["queue"], project_id, worker_id) for r in found
             ]
@@ -277,6 +289,7 @@ class Worker:
         self._weights = {int(row["queue_id"]): float(row["weight"]) for row in rows}
         self._leases.lease_seconds({int(r["queue_id"]): r["lease_seconds"] for r in rows})
         self._served = _in_given_order(self._specs, self._project_ids, by_project)
+        self._routes.update(routes)
         for served in self._served:
             self._worker_of_queue[served.queue_id] = served.worker_id
         return True
@@ -432,6 +445,7 @@ class Worker:
                 CLAIM_AND_START,
                 {"worker": queue.worker_id, "queue_id": queue_id, "limit": limit,
                  "suspects": suspects},
+                queue_id=queue_id,
             )  # fmt: skip
         except TRANSIENT:
             self._lost_claims.add(queue_id)
@@ -458,6 +472,7 @@ class Worker:
         rows = await self._call(
             "SELECT job_id FROM codity.release_lost_claims_in_queue(%s, %s, %s::bigint[])",
             [queue_id, self._worker_of_queue[queue_id], known],
+            queue_id=queue_id,
         )
         self._lost_claims.discard(queue_id)
         if rows:
@@ -719,41 +734,41 @@ class Worker:
             return _MAX_CALL_S
         return min(_MAX_CALL_S, max(1.0, lease_s / 2))
 
-    async def _call(self, query: str, params: list[Any]) -> list[dict[str, Any]]:
-        assert self._pool is not None
-        deadline = self._call_deadline()
-        try:
-            async with (
-                self._pool.connection(timeout=deadline) as conn,
-                closed_if_read_only(conn),
-                answered_within(conn, deadline),
-            ):
-                cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(query, params)
-                rows = await cur.fetchall()
-            self._outage.answered()
-            return rows
-        except psycopg.Error as exc:
-            translated = translate(exc)
-            if translated is not None:
-                raise translated from exc
-            raise
+    async def _call(
+        self, query: str, params: list[Any], *, queue_id: int | None = None
+    ) -> list[dict[str, Any]]:
+        """One call, answered within :meth:`_call_deadline`. A by-queue call names its
+        ``queue_id``: on a Citus cluster it goes to the node holding the queue
+        (codity.worker.node_routes); everything else goes to the coordinator."""
+        async with self._calling(queue_id) as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(query, params)
+            return await cur.fetchall()
 
-    async def _call_typed(self, query: str, params: dict[str, Any]) -> list[ClaimedJob]:
+    async def _call_typed(
+        self, query: str, params: dict[str, Any], *, queue_id: int
+    ) -> list[ClaimedJob]:
+        async with self._calling(queue_id) as conn:
+            cur = conn.cursor(row_factory=args_row(ClaimedJob))
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+    @contextlib.asynccontextmanager
+    async def _calling(self, queue_id: int | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         assert self._pool is not None
+        node = self._routes.pool(queue_id)
         deadline = self._call_deadline()
         try:
             async with (
-                self._pool.connection(timeout=deadline) as conn,
+                (node or self._pool).connection(timeout=deadline) as conn,
                 closed_if_read_only(conn),
                 answered_within(conn, deadline),
             ):
-                cur = conn.cursor(row_factory=args_row(ClaimedJob))
-                await cur.execute(query, params)
-                jobs = await cur.fetchall()
+                yield conn
             self._outage.answered()
-            return jobs
         except psycopg.Error as exc:
+            if node is not None and queue_id is not None and isinstance(exc, TRANSIENT):
+                self._routes.lost(queue_id, exc)
             translated = translate(exc)
             if translated is not None:
                 raise translated from exc
