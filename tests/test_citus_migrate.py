@@ -150,13 +150,14 @@ def _queue_with_jobs(url: str, name: str, jobs: int) -> int:
     return queue
 
 
-def _on_jobs_shards(conn: psycopg.Connection, query: str) -> list[tuple[Any, ...]]:
-    """``(success, result)`` of ``query`` on every shard of codity.jobs, ``%s`` standing for
+def _on_jobs_shards(
+    conn: psycopg.Connection, query: str, table: str = "codity.jobs"
+) -> list[tuple[Any, ...]]:
+    """``(success, result)`` of ``query`` on every shard of ``table``, ``%s`` standing for
     the shard's name (``run_command_on_shards``, which formats it with format(): a
     literal % is written %%)."""
     rows = conn.execute(
-        "SELECT success, result FROM pg_catalog.run_command_on_shards('codity.jobs', %s)",
-        [query],
+        "SELECT success, result FROM pg_catalog.run_command_on_shards(%s, %s)", [table, query]
     )
     return list(rows.fetchall())
 
@@ -398,17 +399,18 @@ def test_a_migration_after_distribution_reaches_every_shard_and_its_body_runs_de
     assert "codity.label_in_queue(" in sent[0][0] and f":{node} " in sent[0][1], sent
 
 
-# -- migration 0042 on a cluster distributed before it ------------------------------------------
+# -- migrations 0042 and later on a cluster distributed before them -----------------------------
 
 
-def test_migration_0042_reaches_every_node_of_a_cluster_distributed_before_it(
+def test_migrations_from_0042_reach_every_node_of_a_cluster_distributed_before_them(
     citus_cluster: CitusCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An installation distributed at migration 0041 takes 0042 with a plain ``migrate``:
-    the tenant functions lose their SET clause on every node (the shards' policies run
-    them there, per row), every shard of codity.jobs has the six indexes with the
-    project carried, and a tenant's read through row-level security still finds its own
-    jobs and none of another project's."""
+    """An installation distributed at migration 0041 takes 0042 and 0043 with a plain
+    ``migrate``: the tenant functions lose their SET clause on every node (the shards'
+    policies run them there, per row), every shard of codity.jobs has the six indexes with
+    the project carried and every shard of codity.dead_letters its queue index with it
+    (0043), and a tenant's read through row-level security still finds its own jobs and
+    none of another project's."""
     before = tmp_path / "sql"
     shutil.copytree(sql_dir(), before)
     for later in sorted((before / "migrations").glob("004[2-9]_*.sql")):
@@ -421,7 +423,7 @@ def test_migration_0042_reaches_every_node_of_a_cluster_distributed_before_it(
         queue = _queue_with_jobs(url, "upgraded", 3)
         monkeypatch.delenv("CODITY_SQL_DIR")
         applied, _ = migrate(url)
-        assert applied == 1
+        assert applied == len(list((sql_dir() / "migrations").glob("004[2-9]_*.sql")))
         inlinable = citus_cluster.on_every_node(
             name,
             "SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = 'codity'::regnamespace"
@@ -435,6 +437,13 @@ def test_migration_0042_reaches_every_node_of_a_cluster_distributed_before_it(
                 " WHERE i.indrelid = '%s'::regclass AND i.indnkeyatts < i.indnatts",
             )
             assert carried and set(carried) == {(True, "6")}, carried
+            letters = _on_jobs_shards(
+                conn,
+                "SELECT count(*) FROM pg_catalog.pg_index i"
+                " WHERE i.indrelid = '%s'::regclass AND i.indnkeyatts < i.indnatts",
+                table="codity.dead_letters",
+            )
+            assert letters and set(letters) == {(True, "1")}, letters
             project = conn.execute("SELECT project_id FROM codity.queues WHERE id = %s", [queue])
             (project_id,) = project.fetchone() or (None,)
         with psycopg.connect(url) as conn:

@@ -13,7 +13,9 @@ here by the plan PostgreSQL makes as ``codity_app`` with a tenant set:
   build ``jobs_completed_idx`` without ``INCLUDE (project_id)``, and the plan is no
   longer an index-only scan;
 - the overview's "last claim" took the max of ``claimed_at`` over every execution of the
-  queue. Break it: put that max back, and the plan reads ``job_executions_pkey``.
+  queue. Break it: put that max back, and the plan reads ``job_executions_pkey``;
+- the dead-letter list's count by shares (migration 0043) read the heap for every letter of
+  each queue. Break it: build ``dead_letters_queue_idx`` without ``INCLUDE (project_id)``.
 
 Plans, not timings: with sequential scans off, a plan that cannot use the right index
 shows which one it used instead, on a database of a few rows.
@@ -26,6 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from codity.web.endpoints.dead_letters import _SHARES_COUNT
 from codity.web.endpoints.overview import _PER_QUEUE
 from tests.sqlapi import create_queue
 
@@ -84,3 +87,15 @@ def test_the_overview_finds_the_last_claim_without_reading_every_execution(
     plan = _plan(conn, _PER_QUEUE, {"project_id": project[0], "dead": 60, "sampled": None})
     assert "job_executions_finished_idx" in plan, plan
     assert "job_executions_pkey" not in plan, plan
+
+
+def test_the_dead_letter_count_by_shares_reads_only_the_index(
+    conn: psycopg.Connection, queue_id: int
+) -> None:
+    project = conn.execute("SELECT id FROM codity.projects WHERE is_default").fetchone()
+    assert project is not None
+    conn.execute("VACUUM codity.dead_letters")
+    _as_app(conn)
+    unfiltered = dict.fromkeys(("queue", "task", "dead_after", "dead_before", "replayed"))
+    plan = _plan(conn, _SHARES_COUNT, {**unfiltered, "project_id": project[0], "share": 2_501})
+    assert "Index Only Scan using dead_letters_queue_idx on dead_letters d" in plan, plan

@@ -233,6 +233,46 @@ def test_the_sql_function_takes_the_same_bounds_from_psql(
     assert _unreplayed(conn, tenant) == {second}
 
 
+@pytest.mark.parametrize(
+    "spread",
+    [(2_600,) * 4, (2_400,) * 4, (6_000, 30, 0, 0), (12_000, 0, 0, 0)],
+    ids=["shares-full", "shares-short", "one-full-under-cap", "one-full-over-cap"],
+)
+def test_the_count_by_shares_is_the_capped_count_however_the_letters_spread(
+    db_url: str, conn: psycopg.Connection, spread: tuple[int, ...]
+) -> None:
+    """The list's count is made queue by queue, each up to its share of the cap
+    (codity.web.endpoints.queue_walk), and counted again as one set when the shares do not
+    settle it; over four queues it is always the capped count, and a task filter narrows
+    it. Break it: taking a count with a full share as exact gives 2,531 for 6,030."""
+    tenant = make_tenant(conn)
+    for n, letters in enumerate(spread):
+        create_queue(conn, tenant, f"q{n}")
+        conn.execute(
+            "INSERT INTO codity.dead_letters"
+            " (queue_id, project_id, task, payload, reason, attempts, dead_at)"
+            " SELECT q.id, q.project_id, CASE WHEN g %% 2 = 0 THEN 'even' ELSE 'odd' END, '{}',"
+            "        'failed', 1, now() - g * interval '1 second'"
+            " FROM codity.queues q, generate_series(1, %s) g"
+            " WHERE q.project_id = %s AND q.name = %s",
+            [letters, tenant.project_id, f"q{n}"],
+        )
+    viewer = add_user(conn, tenant, Role.VIEWER)
+    total, even = sum(spread), sum(n // 2 for n in spread)
+    with web_client(db_url) as client:
+        every = client.get(LIST, params={"limit": 1}, headers=viewer.headers).json()["meta"]
+        narrowed = client.get(
+            LIST, params={"limit": 1, "task": "even"}, headers=viewer.headers
+        ).json()["meta"]
+        one_queue = client.get(
+            LIST, params={"limit": 1, "queue": "q0"}, headers=viewer.headers
+        ).json()["meta"]
+    assert (every["count"], every["count_capped"]) == (min(total, 10_000), total > 10_000)
+    assert (narrowed["count"], narrowed["count_capped"]) == (min(even, 10_000), even > 10_000)
+    first = spread[0]
+    assert (one_queue["count"], one_queue["count_capped"]) == (min(first, 10_000), first > 10_000)
+
+
 def test_a_count_past_the_cap_says_so_on_the_api_and_the_page(
     db_url: str, conn: psycopg.Connection, tenant: Tenant
 ) -> None:

@@ -125,6 +125,48 @@ def test_counts_stop_at_the_cap_and_say_so(
     assert narrowed["all"] == narrowed["queued"] == (1, False)
 
 
+@pytest.mark.parametrize(
+    ("spread", "expected"),
+    [
+        ((2_600, 2_600, 2_600, 2_600), (10_000, True)),  # every share full: capped at once
+        ((2_400, 2_400, 2_400, 2_400), (9_600, False)),  # no share full: exact at once
+        ((6_000, 30, 0, 0), (6_030, False)),  # one share full, the sum short: counted again
+        ((12_000, 0, 0, 0), (10_000, True)),  # the same, past the cap
+    ],
+    ids=["shares-full", "shares-short", "one-full-under-cap", "one-full-over-cap"],
+)
+def test_every_tab_counted_at_once_agrees_with_each_tab_counted_alone(
+    db_url: str, conn: psycopg.Connection, spread: tuple[int, ...], expected: tuple[int, bool]
+) -> None:
+    """/api/v1/jobs/counts counts every tab in one statement, each queue up to its share of
+    the cap (codity.web.endpoints.jobs.count_tabs); the list's own count (``count=true``)
+    counts one tab over the queues up to the cap. Over four queues however the jobs spread,
+    every tab agrees."""
+    tenant = make_tenant(conn)
+    for n, jobs in enumerate(spread):
+        create_queue(conn, tenant, f"q{n}")
+        for first in range(0, jobs, 1_000):
+            batch = Jsonb([{"task": "t"}] * min(1_000, jobs - first))
+            conn.execute(
+                "SELECT count(*) FROM codity.enqueue_many(%s, %s, %s)",
+                [f"q{n}", batch, tenant.project_id],
+            )
+    viewer = add_user(conn, tenant, Role.VIEWER)
+    with web_client(db_url) as client:
+        counts = client.get("/api/v1/jobs/counts", headers=viewer.headers).json()["data"]
+        alone = {}
+        for tab in counts:
+            query: dict[str, Any] = {"count": "true", "limit": 1}
+            if tab["statuses"]:
+                query["status"] = ",".join(tab["statuses"])
+            meta = client.get("/api/v1/jobs", params=query, headers=viewer.headers).json()["meta"]
+            alone[tab["state"]] = (meta["count"], meta["count_capped"])
+    together = {tab["state"]: (tab["count"], tab["capped"]) for tab in counts}
+    assert together == alone
+    assert together["all"] == together["queued"] == expected
+    assert together["completed"] == (0, False)
+
+
 def test_another_projects_jobs_are_neither_listed_nor_counted(
     db_url: str, conn: psycopg.Connection, tenant: Tenant
 ) -> None:

@@ -35,6 +35,7 @@ from codity.web.bulk_slots import bulk_slot
 from codity.web.call import Call
 from codity.web.database import set_tenant, transaction
 from codity.web.endpoint import Endpoint, Reply
+from codity.web.endpoints.queue_walk import QUEUE_MATCH, QUEUES, settled, shares
 from codity.web.fields import MAX_ID, BoundedText, QueueName, Strict
 from codity.web.lookups import fetch_all, one_or_404, path_id
 from codity.web.paging import newest_first
@@ -164,22 +165,25 @@ SELECT d.id, d.job_id, q.name AS queue, d.task, d.priority, d.reason, d.error, d
        d.dead_at, d.replayed_at, d.replayed_job_id
 """
 
-_MATCHING = """
-FROM codity.dead_letters d
-JOIN codity.queues q ON q.id = d.queue_id
-WHERE q.project_id = %(project_id)s
-  AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
+_LETTER_MATCH = """
   AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
   AND (%(dead_after)s::timestamptz IS NULL OR d.dead_at > %(dead_after)s::timestamptz)
   AND (%(dead_before)s::timestamptz IS NULL OR d.dead_at < %(dead_before)s::timestamptz)
 """
-
-_LISTED = (
-    _MATCHING
-    + """
+_REPLAYED_MATCH = """
   AND (%(replayed)s::boolean IS NULL OR (d.replayed_at IS NOT NULL) = %(replayed)s::boolean)
 """
+
+_MATCHING = (
+    """
+FROM codity.dead_letters d
+JOIN codity.queues q ON q.id = d.queue_id
+WHERE"""
+    + QUEUE_MATCH
+    + _LETTER_MATCH
 )
+
+_LISTED = _MATCHING + _REPLAYED_MATCH
 
 _LIST = (
     _COLUMNS
@@ -196,6 +200,24 @@ _CAPPED_COUNT = (
     "SELECT count(*) AS n, codity.count_cap() AS cap FROM (SELECT 1"
     + _LISTED
     + " LIMIT codity.count_cap() + 1) AS capped"
+)
+
+# The same count by shares (codity.web.endpoints.queue_walk): each queue's letters up to its
+# share of the cap, summed on the coordinator.
+_SHARES_COUNT = (
+    "SELECT sum(c.n) AS total, sum(CASE WHEN c.n >= %(share)s THEN 1 ELSE 0 END) AS full"
+    + QUEUES
+    + """CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM codity.dead_letters d
+        WHERE d.queue_id = t.queue_id"""
+    + _LETTER_MATCH
+    + _REPLAYED_MATCH
+    + """        LIMIT %(share)s
+    ) x
+) c
+WHERE"""
+    + QUEUE_MATCH
 )
 
 _IN_SCOPE = (
@@ -242,12 +264,28 @@ async def list_dead_letters(call: Call[None, DeadLetterQuery]) -> Reply:
     real number is larger)."""
     reply = await newest_first(call, _LIST, call.query)
     filters = call.query.model_dump(exclude={"limit", "cursor"})
-    cur = await call.conn.execute(_CAPPED_COUNT, {**filters, "project_id": call.project_id})
+    count, capped = await _count(call, {**filters, "project_id": call.project_id})
+    meta = {**(reply.meta or {}), "count": count, "count_capped": capped}
+    return Reply(reply.data, meta=meta)
+
+
+async def _count(call: Call[Any, Any], params: dict[str, Any]) -> tuple[int, bool]:
+    """How many letters match, up to the cap, and whether there are more: by shares, and
+    over the queues as one set when the shares do not settle it."""
+    cut = await shares(call, params)
+    if cut.share is None:
+        return 0, False
+    by_shares = {**params, "share": cut.share}
+    cur = await call.conn.execute(_SHARES_COUNT, by_shares, prepare=False)
     row = await cur.fetchone()
     assert row is not None
-    capped = row["n"] > row["cap"]
-    meta = {**(reply.meta or {}), "count": min(row["n"], row["cap"]), "count_capped": capped}
-    return Reply(reply.data, meta=meta)
+    found = settled(row["total"], row["full"], cut.cap)
+    if found is not None:
+        return found
+    cur = await call.conn.execute(_CAPPED_COUNT, params)
+    row = await cur.fetchone()
+    assert row is not None
+    return min(row["n"], row["cap"]), row["n"] > row["cap"]
 
 
 async def get_dead_letter(call: Call[None, None]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from codity.web.call import Call
 from codity.web.endpoint import Endpoint, ReadBack, Reply
 from codity.web.endpoints.job_history import DeadLetterRecord, FenceRejection, TimelineEvent
 from codity.web.endpoints.job_history import timeline as job_timeline
+from codity.web.endpoints.queue_walk import QUEUE_MATCH, QUEUES, settled, shares
 from codity.web.fields import MAX_ID, BoundedText, QueueName, Strict
 from codity.web.inputs import json_depth
 from codity.web.lookups import fetch_all, one_or_404, path_id
@@ -42,8 +43,6 @@ from codity.web.paging import decode_id_cursor, page_meta
 __all__ = [
     "JOB_MATCH",
     "JOB_STATUSES",
-    "QUEUES",
-    "QUEUE_MATCH",
     "ROUTES",
     "TABS",
     "Job",
@@ -183,24 +182,6 @@ def match_params(match: JobMatch, project_id: int) -> dict[str, Any]:
     params["project_id"] = project_id
     return params
 
-
-QUEUES = """
-FROM codity.queue_totals t
-JOIN codity.queues q ON q.id = t.queue_id
-"""
-"""The project's queues, one row each, for a query that walks them queue by queue (alias
-``t`` for the walk, ``q`` for the queue's name): from codity.queue_totals, which holds one
-row per queue (migration 0029), not from codity.queues. On a Citus cluster queue_totals is
-distributed with the jobs and queues is a reference table, and Citus plans a LATERAL
-subquery over the jobs only from a distributed table it shares the queue id with; on one
-server the plan is the same walk of a few rows."""
-
-QUEUE_MATCH = """
-q.project_id = %(project_id)s
-  AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
-"""
-"""The queues of a filter (aliases ``t`` and ``q`` of :data:`QUEUES`): the project's, or
-its one named queue."""
 
 PAYLOAD_MATCH = """
   AND j.id = ANY(ARRAY(SELECT codity.jobs_with_payload(%(payload)s::jsonb, %(project_id)s)))
@@ -354,6 +335,49 @@ FROM (
 """
 )
 
+
+_PARTS: tuple[tuple[str, ...], ...] = (
+    *(statuses for statuses in TABS.values() if statuses),
+    ("failed",),
+)
+"""The statuses each counted part holds: every tab but "all", and "failed", which no tab
+shows (a failed job is rescheduled or dead-lettered in the same transaction). Together
+they hold every status once, so "all" is their sum: no part reads a job twice, and no
+read walks a queue's jobs whatever their status (which, with no index that covers the
+tenant's column, reads the table)."""
+assert sorted(s for part in _PARTS for s in part) == sorted(JOB_STATUSES)
+
+
+def _part_lateral(i: int) -> str:
+    """Part ``i``'s count in one queue (alias ``t``), stopping at ``%(share)s`` rows."""
+    match = JOB_MATCH.replace("%(status)s", f"%(status_{i})s")
+    return f"""
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM codity.jobs j
+        WHERE j.queue_id = t.queue_id{match}
+        LIMIT %(share)s
+    ) x
+) c{i}"""
+
+
+_PART_SHARES = (
+    "SELECT "
+    + ", ".join(
+        f"sum(s.n{i}) AS total{i}, sum(CASE WHEN s.n{i} >= %(share)s THEN 1 ELSE 0 END) AS full{i}"
+        for i in range(len(_PARTS))
+    )
+    + "\nFROM (\n    SELECT "
+    + ", ".join(f"c{i}.n AS n{i}" for i in range(len(_PARTS)))
+    + QUEUES
+    + "".join(_part_lateral(i) for i in range(len(_PARTS)))
+    + "\n    WHERE"
+    + QUEUE_MATCH
+    + ") s\n"
+)
+"""Every part's count in one statement, queue by queue, each queue's stopping at its share
+of the cap (:func:`count_tabs`); per part, the sum and how many queues filled their share."""
+
 _EXECUTIONS = """
 SELECT x.fence AS execution_seq, x.attempt, x.status::text AS status, x.worker_id,
        x.claimed_at, x.started_at, x.finished_at, x.attempt_refunded, x.error, x.result
@@ -415,15 +439,42 @@ async def list_jobs(call: Call[None, JobListQuery]) -> Reply:
     return Reply(rows, meta=meta)
 
 
+async def count_tabs(call: Call[Any, Any], params: dict[str, Any]) -> list[tuple[int, bool]]:
+    """Each tab's count (:data:`TABS`, in order) of the jobs ``params`` match, up to the cap:
+    what :func:`count_matching` gives tab by tab, in one statement counted by shares
+    (codity.web.endpoints.queue_walk), "all" as the sum of the parts (:data:`_PARTS`); a
+    tab the shares do not settle is counted again."""
+    cut = await shares(call, params)
+    if cut.share is None:
+        return [(0, False)] * len(TABS)
+    statuses = {f"status_{i}": list(part) for i, part in enumerate(_PARTS)}
+    by_shares = {**params, **statuses, "share": cut.share}
+    cur = await call.conn.execute(match_query(_PART_SHARES, by_shares), by_shares, prepare=False)
+    row = await cur.fetchone()
+    assert row is not None
+    parts = {part: (int(row[f"total{i}"] or 0), int(row[f"full{i}"] or 0))
+             for i, part in enumerate(_PARTS)}  # fmt: skip
+    counts = []
+    for tab in TABS.values():
+        if tab is None:  # "all": a lower bound past the cap, or exact when no part was cut
+            total = sum(t for t, _ in parts.values())
+            full = sum(f for _, f in parts.values())
+        else:
+            total, full = parts[tab]
+        found = settled(total, full, cut.cap)
+        if found is None:
+            found = await count_matching(call, {**params, "status": list(tab) if tab else None})
+        counts.append(found)
+    return counts
+
+
 async def count_jobs(call: Call[None, JobMatch]) -> list[dict[str, Any]]:
     params = match_params(call.query, call.project_id)
-    counts = []
-    for state, statuses in TABS.items():
-        count, capped = await count_matching(
-            call, {**params, "status": list(statuses) if statuses else None}
-        )
-        counts.append({"state": state, "statuses": statuses, "count": count, "capped": capped})
-    return counts
+    counts = await count_tabs(call, params)
+    return [
+        {"state": state, "statuses": statuses, "count": count, "capped": capped}
+        for (state, statuses), (count, capped) in zip(TABS.items(), counts, strict=True)
+    ]
 
 
 async def get_job(call: Call[None, None]) -> dict[str, Any]:

@@ -49,15 +49,8 @@ from codity.web.bulk_slots import bulk_slot
 from codity.web.call import Call
 from codity.web.database import set_tenant, transaction
 from codity.web.endpoint import Endpoint
-from codity.web.endpoints.jobs import (
-    JOB_MATCH,
-    QUEUE_MATCH,
-    QUEUES,
-    JobFilter,
-    JobId,
-    match_params,
-    match_query,
-)
+from codity.web.endpoints.jobs import JOB_MATCH, JobFilter, JobId, match_params, match_query
+from codity.web.endpoints.queue_walk import QUEUE_MATCH, QUEUES
 from codity.web.errors import ApiError
 from codity.web.fields import Strict
 
