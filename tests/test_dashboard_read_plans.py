@@ -15,7 +15,10 @@ here by the plan PostgreSQL makes as ``codity_app`` with a tenant set:
 - the overview's "last claim" took the max of ``claimed_at`` over every execution of the
   queue. Break it: put that max back, and the plan reads ``job_executions_pkey``;
 - the dead-letter list's count by shares (migration 0043) read the heap for every letter of
-  each queue. Break it: build ``dead_letters_queue_idx`` without ``INCLUDE (project_id)``.
+  each queue. Break it: build ``dead_letters_queue_idx`` without ``INCLUDE (project_id)``;
+- the jobs list picked each queue's page as whole rows, which on a Citus shard let the
+  planner walk ``jobs_id_idx`` instead (85 ms for the completed tab). Break it: select
+  ``j.*`` in the per-queue subquery again, and the pick is no longer index-only.
 
 Plans, not timings: with sequential scans off, a plan that cannot use the right index
 shows which one it used instead, on a database of a few rows.
@@ -29,6 +32,7 @@ import psycopg
 import pytest
 
 from codity.web.endpoints.dead_letters import _SHARES_COUNT
+from codity.web.endpoints.jobs import _LIST, match_query
 from codity.web.endpoints.overview import _PER_QUEUE
 from tests.sqlapi import create_queue
 
@@ -99,3 +103,19 @@ def test_the_dead_letter_count_by_shares_reads_only_the_index(
     unfiltered = dict.fromkeys(("queue", "task", "dead_after", "dead_before", "replayed"))
     plan = _plan(conn, _SHARES_COUNT, {**unfiltered, "project_id": project[0], "share": 2_501})
     assert "Index Only Scan using dead_letters_queue_idx on dead_letters d" in plan, plan
+
+
+def test_the_jobs_list_picks_each_queues_page_from_the_states_index(
+    conn: psycopg.Connection, queue_id: int
+) -> None:
+    project = conn.execute("SELECT id FROM codity.projects WHERE is_default").fetchone()
+    assert project is not None
+    conn.execute("VACUUM codity.jobs")
+    _as_app(conn)
+    unfiltered = dict.fromkeys(
+        ("queue", "task", "id", "worker_id", "payload", "created_after", "created_before",
+         "finished_after", "finished_before", "cursor")
+    )  # fmt: skip
+    params = {**unfiltered, "project_id": project[0], "status": ["completed"], "fetch": 51}
+    plan = _plan(conn, match_query(_LIST, params), params)
+    assert "Index Only Scan Backward using jobs_completed_idx on jobs j" in plan, plan

@@ -292,19 +292,26 @@ WHERE q.project_id = %(project_id)s AND j.id = %(job_id)s
 """
 )
 
+# Each queue's page is picked by id alone, then its rows read by id. Picking whole rows
+# let the planner prefer walking jobs_id_idx backwards and filtering by queue and state
+# (its estimate of the tenant check makes the state's index look dear): on a Citus shard of
+# one or two queues whose newest jobs are not finished, the completed tab read 40,000 rows
+# for 51 (85 ms against 10). The ids alone come from the state's index, which carries the
+# tenant's column (migration 0042), without touching the table.
 _LIST = (
     _COLUMNS
     + QUEUES
     + """
 CROSS JOIN LATERAL (
-    SELECT j.* FROM codity.jobs j
+    SELECT j.id FROM codity.jobs j
     WHERE j.queue_id = t.queue_id"""
     + JOB_MATCH
     + """
       AND (%(cursor)s::bigint IS NULL OR j.id < %(cursor)s::bigint)
     ORDER BY j.id DESC
     LIMIT %(fetch)s
-) j
+) m
+JOIN codity.jobs j ON j.queue_id = t.queue_id AND j.id = m.id
 WHERE"""
     + QUEUE_MATCH
     + """
