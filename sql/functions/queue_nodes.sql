@@ -20,29 +20,24 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, codity, pg_temp
 AS $$
-#variable_conflict use_column
 DECLARE
-    v_worker record;
+    v_queue_ids bigint[];
 BEGIN
-    SELECT w.project_id, w.queues INTO v_worker FROM codity.workers w WHERE w.id = p_worker_id;
-    IF v_worker.project_id IS NULL THEN
-        RAISE EXCEPTION 'worker % does not exist', p_worker_id USING ERRCODE = 'CD004';
-    END IF;
+    -- The worker's queues as codity.worker_queues gives them (raises CD004 for no worker).
+    v_queue_ids := ARRAY(SELECT w.queue_id FROM codity.worker_queues(p_worker_id) AS w);
     IF NOT codity._settles_later() THEN  -- true exactly when codity.jobs is distributed
         RETURN;
     END IF;
     RETURN QUERY EXECUTE
         'SELECT DISTINCT ON (q.id) q.id, n.nodename::text, n.nodeport'
-        ' FROM codity.queues q'
+        ' FROM pg_catalog.unnest($1) AS q(id)'
         ' JOIN pg_catalog.pg_dist_placement p'
         '   ON p.shardid = pg_catalog.get_shard_id_for_distribution_column('
         '        ''codity.jobs''::pg_catalog.regclass, q.id)'
         ' JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid'
-        ' WHERE q.project_id = $1'
-        '   AND (pg_catalog.cardinality($2) = 0 OR q.name = ANY ($2))'
-        '   AND n.groupid <> 0 AND n.isactive AND n.noderole = ''primary'''
+        ' WHERE n.groupid <> 0 AND n.isactive AND n.noderole = ''primary'''
         ' ORDER BY q.id, n.nodeid'
-        USING v_worker.project_id, v_worker.queues;
+        USING v_queue_ids;
 END;
 $$;
 
